@@ -1,0 +1,148 @@
+"""Interpreter overhead and cold start.
+
+* per-OP_CALL overhead on tiny tensors: a chain of elementwise ops on 8×8 float32, interpreted,
+  against the same numpy kernels called directly from Python (and torch eager when installed);
+  goal ≤ 1 µs of overhead per instruction, so the 200-op chain stays within 2× of numpy;
+* cold start: decode + verify + first run of a saved 50-instruction module; goal < 5 ms.
+
+Run: ``python -m bench interpreter``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from msvm.bytecode import ModuleBuilder
+from msvm.bytecode.binary import decode_module, encode_module
+from msvm.interpreter import Program
+
+from .harness import fmt_ratio, fmt_time, measure, optional_import, table
+
+CHAIN_OPS = ("add", "mul", "sub", "maximum")
+
+
+def chain_module(n_ops: int):
+    """x, y → ((x op0 y) op1 y) … : n_ops binary OP_CALLs on [N, 8] tensors."""
+    mb = ModuleBuilder("chain")
+    f = mb.function("f", ["x", "y"])
+    x = f.tensor_input(0, "[N, 8]", "float32")
+    y = f.tensor_input(1, "[N, 8]", "float32")
+    r = x
+    for i in range(n_ops):
+        r = f.call(CHAIN_OPS[i % len(CHAIN_OPS)], [r, y])
+    f.ret(r)
+    return mb.build()
+
+
+def numpy_chain(n_ops: int):
+    ufuncs = [
+        getattr(np, {"add": "add", "mul": "multiply", "sub": "subtract", "maximum": "maximum"}[o])
+        for o in CHAIN_OPS
+    ]
+
+    def run(x, y):
+        r = x
+        for i in range(n_ops):
+            r = ufuncs[i % len(ufuncs)](r, y)
+        return r
+
+    return run
+
+
+def torch_chain(torch, n_ops: int):
+    fns = [torch.add, torch.mul, torch.sub, torch.maximum]
+
+    def run(x, y):
+        r = x
+        for i in range(n_ops):
+            r = fns[i % len(fns)](r, y)
+        return r
+
+    return run
+
+
+def bench_overhead() -> str:
+    torch = optional_import("torch")
+    rows = []
+    x = np.random.default_rng(0).random((8, 8), dtype=np.float32)
+    y = np.random.default_rng(1).random((8, 8), dtype=np.float32) + 0.5
+    for n_ops in (1, 10, 50, 200):
+        fn = Program(chain_module(n_ops)).function("f")
+        np.testing.assert_allclose(fn(x, y), numpy_chain(n_ops)(x, y), rtol=1e-6)
+        t_vm = measure(lambda: fn(x, y))  # noqa: B023
+        t_np = measure(lambda: numpy_chain(n_ops)(x, y))  # noqa: B023
+        t_torch = None
+        if torch is not None:
+            tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+            tc = torch_chain(torch, n_ops)
+            t_torch = measure(lambda: tc(tx, ty))  # noqa: B023
+        overhead = (t_vm - t_np) / n_ops
+        rows.append(
+            [
+                n_ops,
+                fmt_time(t_np),
+                fmt_time(t_vm),
+                fmt_time(t_torch),
+                fmt_time(t_np / n_ops),
+                fmt_time(max(overhead, 0.0)),
+                fmt_ratio(t_vm / t_np),
+                fmt_ratio(t_torch / t_np) if t_torch else "-",
+            ]
+        )
+    return table(
+        "Interpreter overhead: chain of binary ops on 8×8 float32 (medians)",
+        [
+            "ops",
+            "numpy",
+            "msvm interp",
+            "torch eager",
+            "numpy/op",
+            "msvm overhead/op",
+            "msvm ÷ numpy (goal ≤ 2×)",
+            "torch ÷ numpy",
+        ],
+        rows,
+    )
+
+
+def bench_cold_start() -> str:
+    mb = ModuleBuilder("cold")
+    f = mb.function("f", ["x", "y"])
+    x = f.tensor_input(0, "[N, 8]", "float32")
+    y = f.tensor_input(1, "[N, 8]", "float32")
+    r = x
+    for i in range(47):
+        r = f.call("tanh", [r]) if i % 3 == 0 else f.call(CHAIN_OPS[i % 4], [r, y])
+    f.ret(r)
+    data = encode_module(mb.build())
+    a = np.random.default_rng(0).random((4, 8), dtype=np.float32)
+    phases = {"decode": [], "verify + prepare": [], "first run": [], "total": []}
+    for _ in range(21):
+        t0 = time.perf_counter()
+        module = decode_module(data)
+        t1 = time.perf_counter()
+        fn = Program(module).function("f")
+        t2 = time.perf_counter()
+        fn(a, a)
+        t3 = time.perf_counter()
+        for key, value in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t3 - t0)):
+            phases[key].append(value)
+    rows = [[k, fmt_time(float(np.median(v)))] for k, v in phases.items()]
+    rows.append(["goal (total)", "< 5 ms"])
+    n = module.functions[0].size
+    return table(
+        f"Cold start: load + verify + first run of a saved {n}-instruction module (medians of 21)",
+        ["phase", "median"],
+        rows,
+    )
+
+
+def main() -> None:
+    print(bench_overhead())
+    print(bench_cold_start())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""msvm: a bytecode VM with a JIT for dynamic-shape tensor programs.
+
+``import msvm as ms``; decorate a function with ``@ms.jit``, call it with numpy arrays. The
+Jupyter layer (``%load_ext msvm``) is imported only when IPython asks for it.
+"""
+
+from . import ops, vm
+from .bytecode import Module
+from .bytecode.binary import load_module, save_module
+from .bytecode.text import assemble, disassemble
+from .context import get_context, set_context
+from .errors import (
+    BytecodeFormatError,
+    CompileError,
+    JitError,
+    KernelNotFoundError,
+    MsvmError,
+    ResourceLimitError,
+    ShapeError,
+    VerifyError,
+)
+
+# frontend re-exports are added when msvm.frontend lands
+from .validate import validate
+
+__version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython) -> None:  # pragma: no cover - exercised by the widget tests
+    """``%load_ext msvm``: hand over to the Jupyter layer (imported only now)."""
+    from msvm_widgets.magics import load_ipython_extension as load
+
+    load(ipython)
+
+
+__all__ = [
+    "BytecodeFormatError",
+    "CompileError",
+    "JitError",
+    "KernelNotFoundError",
+    "Module",
+    "MsvmError",
+    "ResourceLimitError",
+    "ShapeError",
+    "Tensor",
+    "VerifyError",
+    "assemble",
+    "disassemble",
+    "get_context",
+    "jit",
+    "load",
+    "load_module",
+    "mutable",
+    "ops",
+    "save",
+    "save_module",
+    "set_context",
+    "symbolic_mul",
+    "validate",
+    "vm",
+]

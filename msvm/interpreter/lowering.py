@@ -1,0 +1,242 @@
+"""Lower each verified instruction to one line of Python over register variables.
+
+The interpreter is a template compiler: every instruction becomes a Python statement such as
+``r5 = K5(r3, r4)`` (kernels, constants and helpers are bound by name in the function's
+namespace, never spelled into the source, so nothing from a module can inject code). The
+fast path compiles the lines of a whole function into one Python function; the stepping
+debugger and the tracer execute the same lines one at a time, so both share one semantics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..bytecode.module import Instruction, Module, RegRef
+from ..context import CONTEXT
+from ..errors import ResourceLimitError, ShapeError
+from ..ops.registry import REGISTRY, OpDef, TensorType
+from ..scheduler import bind_kernel
+from ..shapes import ShapeSpec
+from ..verifier import FunctionInfo
+
+PHIS = ("TENSOR_PHI", "SCALAR_PHI")
+SCALAR_EXPR = {
+    "add": "{a} + {b}",
+    "sub": "{a} - {b}",
+    "mul": "{a} * {b}",
+    "floordiv": "{a} // {b}",
+    "ceildiv": "-(-{a} // {b})",
+    "mod": "{a} % {b}",
+    "min": "{a} if {a} < {b} else {b}",
+    "max": "{a} if {a} > {b} else {b}",
+}
+CMP_EXPR = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+@dataclass
+class Step:
+    """One instruction ready to run: a Python statement and the names it refers to."""
+
+    address: int
+    block: int
+    ins: Instruction
+    line: str  # empty for phis and terminators (the code generator handles control flow)
+    names: dict[str, Any] = field(default_factory=dict)
+    variant: str = "reference"  # the kernel variant an OP_CALL is bound to
+
+    @property
+    def opname(self) -> str:
+        return self.ins.name + (f" {self.ins['op']}" if self.ins.name == "OP_CALL" else "")
+
+
+def reg(r: int) -> str:
+    return f"r{r}"
+
+
+def lower_function(info: FunctionInfo, module: Module) -> list[Step]:
+    steps = []
+    for bi, ii, ins in info.function.instructions():
+        address = info.address(bi, ii)
+        step = Step(address, bi, ins, "")
+        if ins.name not in PHIS and not ins.opcode.is_terminator:
+            _LOWER[ins.name](step, info, module)
+        steps.append(step)
+    return steps
+
+
+def _tensor_create(step: Step, info: FunctionInfo, module: Module) -> None:
+    ins = step.ins
+    dst = reg(ins["dst"])
+    if ins["arg"] >= 0:
+        step.line = f"{dst} = a{ins['arg']}"  # checked once per input signature at entry
+    else:
+        # zeros of an entry-bound shape: its sizes are evaluated with the call's bindings (B)
+        step.line = f"{dst} = ZEROS(B[{step.address}], '{np.dtype(ins['dtype']).name}')"
+        step.names["ZEROS"] = np.zeros
+
+
+def _tensor_alloc(step: Step, info: FunctionInfo, module: Module) -> None:
+    ins = step.ins
+    dims = ", ".join(reg(r) for r in ins["dims"])
+    k = f"ALLOC{step.address}"
+    step.names[k] = _allocator(step.address, np.dtype(ins["dtype"]))
+    step.line = f"{reg(ins['dst'])} = {k}(({dims}{',' if len(ins['dims']) == 1 else ''}))"
+
+
+def _allocator(address: int, dtype: np.dtype):
+    def alloc(shape: tuple[int, ...]) -> np.ndarray:
+        check_size(address, shape, dtype.itemsize, "TENSOR_ALLOC")
+        return np.zeros(shape, dtype)
+
+    return alloc
+
+
+def check_size(address: int, shape: tuple[int, ...], itemsize: int, opcode: str) -> None:
+    """Raise before allocating a tensor with a negative or over-limit size."""
+    if any(d < 0 for d in shape):
+        raise ShapeError(
+            f"negative size in shape {shape}", code="E-SHAPE-NEGATIVE", address=address, opcode=opcode
+        )
+    nbytes = itemsize
+    for d in shape:
+        nbytes *= d
+    if nbytes > CONTEXT.max_tensor_bytes:
+        raise ResourceLimitError(
+            f"a tensor of shape {shape} needs {nbytes:,} bytes, over max_tensor_bytes={CONTEXT.max_tensor_bytes:,}",
+            code="E-LIMIT-TENSOR",
+            address=address,
+            opcode=opcode,
+            hint="raise it with ms.set_context(max_tensor_bytes=...) if this size is intended",
+        )
+
+
+def _tensor_free(step: Step, info: FunctionInfo, module: Module) -> None:
+    step.line = f"del {reg(step.ins['src'])}"
+
+
+def _tensor_resize(step: Step, info: FunctionInfo, module: Module) -> None:
+    ins = step.ins
+    dims = ", ".join(reg(r) for r in ins["dims"])
+    step.names["RESHAPE"] = np.reshape
+    step.line = (
+        f"{reg(ins['dst'])} = RESHAPE({reg(ins['src'])}, ({dims}{',' if len(ins['dims']) == 1 else ''}))"
+    )
+
+
+def _load_const(step: Step, info: FunctionInfo, module: Module) -> None:
+    k = f"C{step.address}"
+    step.names[k] = module.constants[step.ins["const"]]
+    step.line = f"{reg(step.ins['dst'])} = {k}"
+
+
+def _shape_propagate(step: Step, info: FunctionInfo, module: Module) -> None:
+    ins = step.ins
+    step.line = f"{reg(ins['dst'])} = {reg(ins['src'])}.shape[{int(ins['dim'])}]"
+
+
+def _scalar_const(step: Step, info: FunctionInfo, module: Module) -> None:
+    step.line = f"{reg(step.ins['dst'])} = {int(step.ins['value'])}"
+
+
+def _scalar_arg(step: Step, info: FunctionInfo, module: Module) -> None:
+    step.line = f"{reg(step.ins['dst'])} = a{int(step.ins['arg'])}"
+
+
+def _scalar_op(step: Step, info: FunctionInfo, module: Module) -> None:
+    ins = step.ins
+    expr = SCALAR_EXPR[ins["op"]].format(a=reg(ins["a"]), b=reg(ins["b"]))
+    step.line = f"{reg(ins['dst'])} = {expr}"
+
+
+def _cmp(step: Step, info: FunctionInfo, module: Module) -> None:
+    ins = step.ins
+    step.line = f"{reg(ins['dst'])} = {reg(ins['a'])} {CMP_EXPR[ins['pred']]} {reg(ins['b'])}"
+
+
+def _op_call(step: Step, info: FunctionInfo, module: Module) -> None:
+    ins = step.ins
+    op: OpDef = REGISTRY[ins["op"]]
+    attrs = info.attrs[step.address]
+    static = {k: v for k, v in attrs.items() if not _has_reg(v)}
+    dynamic = {k: v for k, v in attrs.items() if _has_reg(v)}
+    in_types = [info.types[r] for r in ins["srcs"]]
+    out_types = [info.types[r] for r in ins["dsts"]]
+    kernel, variant = bind_kernel(op, static, in_types, out_types)
+    if not all(_entry_evaluable(t, info) for t in out_types):
+        kernel = _size_checked(kernel, op, attrs, step.address)
+    step.variant = variant
+    k = f"K{step.address}"
+    step.names[k] = kernel
+    args = [reg(r) for r in ins["srcs"]]
+    for key, value in dynamic.items():
+        args.append(f"{key}={_attr_expr(value, step, f'{k}_{key}')}")
+    call = f"{k}({', '.join(args)})"
+    dsts = ins["dsts"]
+    if not dsts:
+        step.line = call
+    elif len(dsts) == 1 and op.num_outputs(attrs) == 1:
+        step.line = f"{reg(dsts[0])} = {call}"
+    else:
+        step.line = f"{', '.join(reg(d) for d in dsts)}{',' if len(dsts) == 1 else ''} = {call}"
+
+
+def _has_reg(value: Any) -> bool:
+    return isinstance(value, RegRef) or (isinstance(value, tuple) and any(_has_reg(v) for v in value))
+
+
+def _attr_expr(value: Any, step: Step, name: str) -> str:
+    """Python expression for an attribute naming registers; constants are bound, not spelled."""
+    if isinstance(value, RegRef):
+        return reg(value.index)
+    if isinstance(value, tuple):
+        items = [_attr_expr(v, step, f"{name}_{i}") for i, v in enumerate(value)]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    step.names[name] = value
+    return name
+
+
+def _entry_evaluable(t: TensorType | None, info: FunctionInfo) -> bool:
+    return isinstance(t, TensorType) and all(
+        not d.is_unknown and d.free_symbols <= info.entry_symbols for d in t.shape
+    )
+
+
+def _size_checked(kernel, op: OpDef, attrs: dict, address: int):
+    """Wrap a kernel whose output size is only known at run time with a pre-allocation check.
+
+    The op's own shape function, evaluated on the concrete inputs, gives the output size before
+    the kernel allocates it; only calls whose sizes the entry check could not bound pay for this.
+    """
+    from ..ops.registry import InferContext
+
+    def checked(*arrays, **dyn):
+        concrete = {**attrs, **dyn}
+        types = [TensorType(ShapeSpec.of(list(a.shape)), a.dtype.name) for a in arrays]
+        try:
+            outs = op.infer(InferContext(), *types, **concrete)
+        except Exception:  # the kernel itself will report the problem with full context
+            outs = ()
+        for t in [outs] if isinstance(outs, TensorType) else outs:
+            if t.shape.is_static:
+                check_size(address, t.shape.evaluate({}), np.dtype(t.dtype).itemsize, f"OP_CALL {op.name}")
+        return kernel(*arrays, **dyn)
+
+    return checked
+
+
+_LOWER = {
+    "TENSOR_CREATE": _tensor_create,
+    "TENSOR_ALLOC": _tensor_alloc,
+    "TENSOR_FREE": _tensor_free,
+    "TENSOR_RESIZE": _tensor_resize,
+    "LOAD_CONST": _load_const,
+    "SHAPE_PROPAGATE": _shape_propagate,
+    "SCALAR_CONST": _scalar_const,
+    "SCALAR_ARG": _scalar_arg,
+    "SCALAR_OP": _scalar_op,
+    "CMP": _cmp,
+    "OP_CALL": _op_call,
+}

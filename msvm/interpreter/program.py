@@ -1,0 +1,296 @@
+"""Program and Executable: a verified module prepared to run, and one callable function of it.
+
+The entry check validates a call's inputs against their declared shapes once per input
+signature (cached), binding the shape symbols and bounding every statically sized tensor by
+the resource limits before anything is allocated. Failures anywhere become msvm errors that
+name the bytecode address, the opcode, the source line and the shapes involved.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..bytecode.module import Module
+from ..context import CONTEXT, on_change
+from ..errors import MsvmError, ResourceLimitError, ShapeError
+from ..observe.trace import TRACE, TraceEvent
+from ..ops.registry import TensorType
+from ..shapes import match_shape
+from ..verifier import FunctionInfo, ModuleInfo, verify_module
+from .codegen import ENTRY_LINE, Generated, generate
+from .lowering import Step, check_size, lower_function
+
+_MAX_SEEN = 4096  # distinct input signatures remembered per function
+_LIVE: weakref.WeakSet[Executable] = weakref.WeakSet()
+
+
+def _forget_signatures() -> None:
+    """Limits changed: every cached entry check must run again."""
+    for exe in list(_LIVE):
+        exe.seen.clear()
+
+
+on_change(_forget_signatures)
+
+
+class Program:
+    """A verified module, ready to run: ``Program(module).function("f")(x)``."""
+
+    def __init__(
+        self, module: Module, options: Mapping[str, Any] | None = None, info: ModuleInfo | None = None
+    ) -> None:
+        self.module = module
+        self.options = dict(options or {})
+        self.info = info or verify_module(module)
+        self._executables: dict[str, Executable] = {}
+
+    def function(self, name: str) -> Executable:
+        exe = self._executables.get(name)
+        if exe is None:
+            if name not in self.info.functions:
+                raise KeyError(f"module {self.module.name!r} has no function {name!r}")
+            exe = self._executables[name] = Executable(self, self.info.functions[name])
+        return exe
+
+    @property
+    def function_names(self) -> list[str]:
+        return [fn.name for fn in self.module.functions]
+
+
+class Executable:
+    """One function of a Program. Calling it runs the generated fast path (or the traced one)."""
+
+    def __init__(self, program: Program, info: FunctionInfo) -> None:
+        self.program = program
+        self.info = info
+        self.name = info.function.name
+        self.params = info.function.params
+        self.steps: list[Step] = lower_function(info, program.module)
+        self.by_address = {s.address: s for s in self.steps}
+        self.seen: dict[tuple, dict[int, tuple[int, ...]]] = {}
+        _LIVE.add(self)
+        self._generated: Generated | None = None
+        self._traced: Generated | None = None
+        self._lock = threading.Lock()
+
+    # -- running -------------------------------------------------------------------------------
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.params):
+            raise TypeError(
+                f"{self.name}() takes {len(self.params)} argument(s) ({', '.join(self.params)}), "
+                f"got {len(args)}"
+            )
+        if TRACE.enabled:
+            return self.generated(traced=True).fn(*args)
+        gen = self._generated or self.generated()
+        return gen.fn(*args)
+
+    def generated(self, traced: bool = False) -> Generated:
+        with self._lock:
+            attr = "_traced" if traced else "_generated"
+            gen = getattr(self, attr)
+            if gen is None:
+                gen = generate(self.info, self.steps, self._names(traced), traced=traced)
+                setattr(self, attr, gen)
+            return gen
+
+    def debug(self, *args: Any):
+        """A stepping Execution of this function on ``args`` (see ``msvm.interpreter.stepping``)."""
+        from .stepping import Execution
+
+        return Execution(self, args)
+
+    @property
+    def source(self) -> str:
+        """The generated Python source of the fast path (for the curious and for debugging msvm)."""
+        return self.generated().source
+
+    def _names(self, traced: bool) -> dict[str, Any]:
+        names: dict[str, Any] = {
+            "SEEN": self.seen,
+            "ENTRY": self.entry,
+            "FAULT": self.fault,
+            "LOOPLIMIT": self.loop_limit,
+            "CTX": CONTEXT,
+            "MSVM_ERROR": MsvmError,
+        }
+        if traced:
+            names["NOW"] = time.perf_counter_ns
+            names["EMIT"] = self._emit
+        return names
+
+    def _emit(self, address: int, t0: int, t1: int, out: Any) -> None:
+        step = self.by_address[address]
+        ins = step.ins
+        TRACE.record(
+            TraceEvent(
+                self.name,
+                address,
+                ins.name,
+                ins["op"] if ins.name == "OP_CALL" else None,
+                step.variant if ins.name == "OP_CALL" else None,
+                t0,
+                t1 - t0,
+                threading.get_ident(),
+                "interp",
+                list(out.shape) if isinstance(out, np.ndarray) else None,
+            )
+        )
+
+    # -- the entry check -----------------------------------------------------------------------
+    def entry(self, key: tuple, args: tuple) -> dict[int, tuple[int, ...]]:
+        """The generated code calls this for an input signature it has not seen yet."""
+        created = self.check_signature(args)
+        if len(self.seen) >= _MAX_SEEN:
+            self.seen.clear()
+        self.seen[key] = created
+        return created
+
+    def check_signature(self, args: tuple) -> dict[int, tuple[int, ...]]:
+        """Validate inputs and limits; returns the evaluated shapes of TENSOR_CREATE -1 zeros."""
+        bindings = self.bind_inputs(args)
+        created: dict[int, tuple[int, ...]] = {}
+        total = 0
+        for step in self.steps:
+            ins = step.ins
+            for r in ins.writes():
+                t = self.info.types[r]
+                if not isinstance(t, TensorType):
+                    continue
+                dims = t.shape
+                if any(d.is_unknown or not d.free_symbols <= bindings.keys() for d in dims):
+                    continue  # sized at run time: checked where it is allocated
+                shape = dims.evaluate(bindings)
+                check_size(step.address, shape, np.dtype(t.dtype).itemsize, step.opname)
+                total += int(np.prod(shape, dtype=object)) * np.dtype(t.dtype).itemsize
+                if ins.name == "TENSOR_CREATE" and ins["arg"] == -1:
+                    created[step.address] = shape
+        if total > CONTEXT.max_call_bytes:
+            raise ResourceLimitError(
+                f"{self.name} would allocate {total:,} bytes for these inputs, over "
+                f"max_call_bytes={CONTEXT.max_call_bytes:,}",
+                code="E-LIMIT-CALL",
+                address=self.info.base,
+                hint="raise it with ms.set_context(max_call_bytes=...) or call with smaller inputs",
+            )
+        return created
+
+    def bind_inputs(self, args: tuple) -> dict[str, int]:
+        """Bind the shape symbols of ``args``; a ShapeError names the parameter and declaration."""
+        bindings: dict[str, int] = {}
+        for step in self.steps:
+            ins = step.ins
+            if ins.name == "SCALAR_ARG":
+                value = args[ins["arg"]]
+                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                    raise self._input_error(
+                        step,
+                        f"must be an int, got {type(value).__name__} {value!r}",
+                        "E-SHAPE-INPUT-TYPE",
+                        TypeError,
+                    )
+                bindings[ins["symbol"]] = int(value)
+        for step in self.steps:
+            ins = step.ins
+            if ins.name != "TENSOR_CREATE" or ins["arg"] < 0:
+                continue
+            value = args[ins["arg"]]
+            if not isinstance(value, np.ndarray):
+                raise self._input_error(
+                    step,
+                    f"must be a numpy array, got {type(value).__name__}",
+                    "E-SHAPE-INPUT-TYPE",
+                    TypeError,
+                )
+            if value.dtype.name != ins["dtype"]:
+                raise self._input_error(
+                    step, f"must have dtype {ins['dtype']}, got {value.dtype.name}", "E-SHAPE-DTYPE"
+                )
+            problems = match_shape(ins["shape"], value.shape, bindings)
+            if problems:
+                raise self._input_error(
+                    step,
+                    f"has shape {tuple(value.shape)}, which does not match {ins['shape']}: "
+                    + "; ".join(problems),
+                    "E-SHAPE-INPUT",
+                )
+        return bindings
+
+    def _input_error(self, step: Step, what: str, code: str, kind: type = ShapeError) -> Exception:
+        arg = step.ins["arg"]
+        message = f"input #{arg} ({self.params[arg]}) of {self.name} {what}"
+        if kind is TypeError:
+            return TypeError(f"[{code}] {message}")
+        return ShapeError(message, code=code, address=step.address, opcode=step.opname, source=step.ins.loc)
+
+    def loop_limit(self, address: int) -> None:
+        raise ResourceLimitError(
+            f"a loop in {self.name} ran more than max_loop_iterations={CONTEXT.max_loop_iterations:,} times",
+            code="E-LIMIT-LOOP",
+            address=address,
+            opcode=self.by_address[address].opname,
+            source=self.by_address[address].ins.loc,
+            hint="raise it with ms.set_context(max_loop_iterations=...) if the loop is meant to run that long",
+        )
+
+    # -- failures ------------------------------------------------------------------------------
+    def fault(self, exc: BaseException) -> Exception:
+        """Turn an exception raised inside generated code into an msvm error at its address."""
+        gen_files = {g.filename: g for g in (self._generated, self._traced) if g is not None}
+        tb, found = exc.__traceback__, None
+        while tb is not None:
+            gen = gen_files.get(tb.tb_frame.f_code.co_filename)
+            if gen is not None:
+                found = (gen.line_address.get(tb.tb_lineno), tb.tb_frame.f_locals)
+            tb = tb.tb_next
+        if found is None or found[0] is None:
+            return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+        address, frame = found
+        if address == ENTRY_LINE:  # the input check: report it precisely, as a call-site error
+            if isinstance(exc, TypeError):
+                return exc
+            try:
+                self.bind_inputs(tuple(frame.get(f"a{i}") for i in range(len(self.params))))
+            except (MsvmError, TypeError) as precise:
+                return precise
+            return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+        return self.runtime_error(self.by_address[address], exc, frame)
+
+    def runtime_error(self, step: Step, exc: BaseException, regs: Mapping[str, Any]) -> Exception:
+        ins = step.ins
+        inputs = []
+        for r in ins.reads():
+            v = regs.get(f"r{r}")
+            inputs.append(
+                f"R{r}: {tuple(v.shape)} {v.dtype}" if isinstance(v, np.ndarray) else f"R{r} = {v!r}"
+            )
+        detail = f"{type(exc).__name__}: {exc}"
+        where = dict(address=step.address, opcode=step.opname, source=ins.loc)
+        if isinstance(exc, MemoryError):
+            return ResourceLimitError(
+                f"out of memory ({detail})",
+                code="E-LIMIT-MEMORY",
+                **where,
+                hint="lower the sizes, or set tighter limits with ms.set_context",
+            )
+        if isinstance(exc, ZeroDivisionError):
+            return ShapeError(
+                f"division by zero in shape arithmetic ({', '.join(inputs)})", code="E-SHAPE-ZERODIV", **where
+            )
+        if isinstance(exc, (ValueError, IndexError)):
+            guards = self.info.guards.get(step.address, [])
+            hint = "inputs " + "; ".join(inputs)
+            if guards:
+                hint += " — run-time checks here: " + "; ".join(map(str, guards))
+            return ShapeError(
+                f"{step.opname} failed on its inputs: {detail}", code="E-SHAPE-RUNTIME", hint=hint, **where
+            )
+        return MsvmError(
+            f"{step.opname} failed: {detail}", code="E-RUNTIME", hint="inputs " + "; ".join(inputs), **where
+        )

@@ -1,0 +1,26 @@
+"""Tensor ops: ``ms.ops.relu(x)`` runs an op eagerly on numpy arrays; ``ms.ops.relu`` is its OpDef.
+
+Importing this package registers every core op (the definition modules register on import); the
+names of ops are resolved through the registry, so ops registered later (nn ops, plug-ins) appear
+here too.
+"""
+
+from __future__ import annotations
+
+from . import creation, datadep, elementwise, layout, linalg, reduction
+from .registry import REGISTRY, Attr, InferContext, OpDef, OpTypeError, TensorType, get_op, register
+
+__all__ = ["REGISTRY", "Attr", "InferContext", "OpDef", "OpTypeError", "TensorType", "get_op", "register"]
+
+_MODULES = (creation, datadep, elementwise, layout, linalg, reduction)
+
+
+def __getattr__(name: str) -> OpDef:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise AttributeError(f"module 'msvm.ops' has no op or attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(REGISTRY))

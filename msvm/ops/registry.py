@@ -1,0 +1,316 @@
+"""The op registry: one ``OpDef`` per tensor op, the single source of truth for it.
+
+An op is its name, its inputs, an attribute schema, a symbolic shape function and a reference
+kernel written in numpy. The verifier checks OP_CALLs against the schema and shape function,
+the interpreter runs the reference kernel (the oracle every fast path is tested against), and
+``ms.ops.<name>`` calls it eagerly. New ops never change the bytecode format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..bytecode.module import RegRef
+from ..bytecode.opcodes import DTYPES
+from ..shapes import Dim, ShapeSpec, as_dim, broadcast_shapes, prove_equal
+
+REQUIRED = object()
+
+# Attribute kinds and the Python values they accept (RegRef = a scalar register).
+ATTR_KINDS = (
+    "int",  # int
+    "float",  # float (an int is accepted)
+    "bool",  # bool
+    "str",  # str, optionally one of ``choices``
+    "dtype",  # one of the supported dtype names
+    "ints",  # tuple of ints
+    "floats",  # tuple of floats
+    "axes",  # None, an int, or a tuple of ints
+    "dim",  # an int or a scalar register: a size or index known at run time
+    "dims",  # tuple of ints / scalar registers
+    "scalar",  # a number (int, float or bool) or a scalar register
+)
+
+
+@dataclass(frozen=True)
+class Attr:
+    kind: str
+    default: Any = REQUIRED
+    choices: tuple = ()
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """What the verifier knows about a tensor value: its symbolic shape and dtype."""
+
+    shape: ShapeSpec
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"{self.dtype}{self.shape}"
+
+
+class OpTypeError(Exception):
+    """An OP_CALL whose inputs or attributes an op rejects; the verifier turns it into a diagnostic.
+
+    ``code`` is the stable suffix of the verifier's error code (``E-VERIFY-<code>``).
+    """
+
+    def __init__(self, code: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A size relation the verifier could not prove, to be checked at run time.
+
+    ``broadcast`` guards hold when ``b`` equals ``a`` or is 1 (numpy broadcasting); the others
+    are strict equalities.
+    """
+
+    a: Dim
+    b: Dim
+    what: str
+    broadcast: bool = False
+
+    def holds(self, bindings: Mapping[str, int]) -> bool:
+        a, b = self.a.evaluate(bindings), self.b.evaluate(bindings)
+        return a == b or (self.broadcast and b == 1)
+
+    def __str__(self) -> str:
+        rel = "== or 1 vs" if self.broadcast else "=="
+        return f"{self.b} {rel} {self.a} ({self.what})"
+
+
+class InferContext:
+    """Passed to shape functions: records the equalities that can only be checked at run time."""
+
+    def __init__(self) -> None:
+        self.guards: list[Guard] = []
+
+    def require_equal(self, a: Dim | int, b: Dim | int, what: str) -> Dim:
+        a, b = as_dim(a), as_dim(b)
+        proven = prove_equal(a, b)
+        if proven is False:
+            raise OpTypeError("SHAPE-MISMATCH", f"{what}: {a} vs {b}", "the two sizes must be equal")
+        if proven is None:
+            self.guards.append(Guard(a, b, what))
+        return b if a.is_unknown else a
+
+    def broadcast(self, *shapes: ShapeSpec, what: str = "broadcast") -> ShapeSpec:
+        from ..errors import ShapeError
+
+        try:
+            result, guards = broadcast_shapes(*shapes)
+        except ShapeError as exc:
+            raise OpTypeError(
+                "SHAPE-MISMATCH",
+                f"{what}: shapes {', '.join(map(str, shapes))} do not broadcast ({exc.message})",
+                "sizes must match or be 1 (numpy broadcasting)",
+            ) from None
+        self.guards.extend(Guard(a, b, what, broadcast=True) for a, b in guards)
+        return result
+
+    @staticmethod
+    def axis(axis: int, rank: int, what: str = "axis") -> int:
+        """``axis`` normalised to [0, rank); negative axes count from the end."""
+        if not -rank <= axis < rank:
+            raise OpTypeError(
+                "BAD-AXIS",
+                f"{what} {axis} is out of range for rank {rank}",
+                f"use an axis in [{-rank}, {rank - 1}]",
+            )
+        return axis % rank
+
+
+Infer = Callable[..., "TensorType | Sequence[TensorType]"]
+Kernel = Callable[..., "np.ndarray | tuple[np.ndarray, ...]"]
+
+
+@dataclass
+class OpDef:
+    """A tensor op.
+
+    ``inputs`` names the tensor inputs; a name starting with ``*`` takes a list of tensors.
+    ``infer(ctx, *input_types, **attrs)`` returns the output type(s) — dim-valued attributes
+    arrive as symbolic ``Dim``s. ``kernel(*arrays, **attrs)`` returns the output array(s) — dim
+    attributes arrive as ints. ``outputs`` is the output count or a function of the attributes.
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    attrs: Mapping[str, Attr]
+    infer: Infer
+    kernel: Kernel
+    outputs: int | Callable[[Mapping[str, Any]], int] = 1
+    traits: frozenset[str] = frozenset()
+    doc: str = ""
+    optional_inputs: int = 0  # trailing inputs that may be omitted (e.g. linear's bias)
+    extra: dict = field(default_factory=dict)  # free-form data for later layers (lowering hints)
+
+    @property
+    def variadic(self) -> bool:
+        return bool(self.inputs) and self.inputs[0].startswith("*")
+
+    def num_outputs(self, attrs: Mapping[str, Any]) -> int:
+        return self.outputs(attrs) if callable(self.outputs) else self.outputs
+
+    def check_arity(self, n_inputs: int) -> None:
+        if self.variadic:
+            if n_inputs < 1:
+                raise OpTypeError("ARITY", f"{self.name} needs at least one input tensor")
+            return
+        high = len(self.inputs)
+        low = high - self.optional_inputs
+        if not low <= n_inputs <= high:
+            expected = str(high) if low == high else f"{low} to {high}"
+            raise OpTypeError(
+                "ARITY",
+                f"{self.name} takes {expected} input tensor(s), got {n_inputs}",
+                f"inputs are ({', '.join(self.inputs)})",
+            )
+
+    def check_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate ``attrs`` against the schema and fill in defaults."""
+        for key in attrs:
+            if key not in self.attrs:
+                known = ", ".join(self.attrs) or "none"
+                raise OpTypeError(
+                    "ATTR-UNKNOWN", f"{self.name} has no attribute {key!r}", f"known attributes: {known}"
+                )
+        out: dict[str, Any] = {}
+        for key, spec in self.attrs.items():
+            if key in attrs:
+                out[key] = _check_attr_value(self.name, key, spec, attrs[key])
+            elif spec.required:
+                raise OpTypeError("ATTR-MISSING", f"{self.name} requires attribute {key!r}", spec.doc or None)
+            else:
+                out[key] = spec.default
+        return out
+
+    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """Split a Python-style call into (inputs, attrs): positionals fill inputs, then attributes."""
+        args = list(args)
+        if self.variadic:
+            if not args:
+                raise TypeError(f"{self.name}() needs a list of tensors")
+            first = args.pop(0)
+            inputs = list(first) if isinstance(first, (list, tuple)) else [first]
+        else:
+            n = min(len(args), len(self.inputs))
+            inputs, args = args[:n], args[n:]
+            for name in self.inputs[n:]:
+                if name in kwargs:
+                    inputs.append(kwargs[name])
+        names = [k for k in self.attrs]
+        if len(args) > len(names):
+            most = len(self.inputs) + len(names)
+            raise TypeError(f"{self.name}() takes at most {most} positional arguments")
+        attrs = dict(zip(names, args))
+        for key, value in kwargs.items():
+            if key in self.inputs:
+                continue
+            if key in attrs:
+                raise TypeError(f"{self.name}() got multiple values for {key!r}")
+            attrs[key] = value
+        return inputs, attrs
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Eager call with numpy arrays: runs the reference kernel."""
+        inputs, attrs = self.bind(args, kwargs)
+        self.check_arity(len(inputs))
+        attrs = self.check_attrs(attrs)
+        return self.kernel(*[np.asarray(x) for x in inputs], **attrs)
+
+
+def _check_attr_value(op: str, key: str, spec: Attr, value: Any) -> Any:
+    def bad(expected: str) -> OpTypeError:
+        return OpTypeError("ATTR-TYPE", f"{op}: attribute {key!r} must be {expected}, got {value!r}")
+
+    if value is None and spec.default is None:
+        return None
+    kind = spec.kind
+    if kind == "int":
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            return int(value)
+        raise bad("an int")
+    if kind == "float":
+        if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+            return float(value)
+        raise bad("a number")
+    if kind == "bool":
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        raise bad("a bool")
+    if kind == "str":
+        if isinstance(value, str) and (not spec.choices or value in spec.choices):
+            return value
+        raise bad("one of " + ", ".join(map(repr, spec.choices)) if spec.choices else "a string")
+    if kind == "dtype":
+        name = _dtype_name(value)
+        if name in DTYPES:
+            return name
+        raise bad("a dtype (" + ", ".join(DTYPES) + ")")
+    if kind in ("ints", "floats", "dims"):
+        items = value if isinstance(value, (tuple, list)) else None
+        if items is None:
+            raise bad(f"a tuple ({kind})")
+        item_spec = Attr({"ints": "int", "floats": "float", "dims": "dim"}[kind])
+        return tuple(_check_attr_value(op, key, item_spec, v) for v in items)
+    if kind == "axes":
+        if isinstance(value, (tuple, list)):
+            return tuple(_check_attr_value(op, key, Attr("int"), v) for v in value)
+        return _check_attr_value(op, key, Attr("int"), value)
+    if kind == "dim":
+        if isinstance(value, (RegRef, Dim)):
+            return value
+        return _check_attr_value(op, key, Attr("int"), value)
+    if kind == "scalar":
+        if isinstance(value, (RegRef, Dim, bool, int, float, np.number, np.bool_)):
+            return value.item() if isinstance(value, (np.number, np.bool_)) else value
+        raise bad("a number or a scalar register")
+    raise AssertionError(f"unknown attribute kind {kind!r}")
+
+
+def _dtype_name(value: Any) -> str | None:
+    try:
+        return np.dtype(value).name
+    except TypeError:
+        return None
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    if op.name in REGISTRY:
+        raise ValueError(f"op {op.name!r} registered twice")
+    for key, spec in op.attrs.items():
+        if spec.kind not in ATTR_KINDS:
+            raise ValueError(f"op {op.name}: attribute {key!r} has unknown kind {spec.kind!r}")
+    REGISTRY[op.name] = op
+    return op
+
+
+def get_op(name: str) -> OpDef:
+    """The op named ``name``; a KeyError names close matches."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(name, REGISTRY, n=3)
+        suffix = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise KeyError(f"unknown op {name!r}{suffix}") from None

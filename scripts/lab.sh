@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up msvm and run the main job: the terminal demo, then JupyterLab on the quickstart notebook.
+# Usage: scripts/lab.sh [--headless]   (--headless: the demo only, no JupyterLab)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m pip install -q --disable-pip-version-check -e ".[lab]"
+python3 -m msvm demo
+if [ "${1:-}" = "--headless" ]; then
+  exit 0
+fi
+NB=notebooks/01_quickstart.ipynb
+[ -f "$NB" ] || { echo "no $NB yet: the demo above is the main job for now"; exit 0; }
+exec python3 -m jupyter lab "$NB" --ip=127.0.0.1 ${JUPYTER_ARGS:-}
