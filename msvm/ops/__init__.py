@@ -8,6 +8,7 @@ here too.
 from __future__ import annotations
 
 from . import creation, datadep, elementwise, layout, linalg, reduction
+from .nn import NN_MODULES  # noqa: F401  (importing it registers the nn ops: conv2d, pooling, ...)
 from .registry import REGISTRY, Attr, InferContext, OpDef, OpTypeError, TensorType, get_op, register
 
 __all__ = ["REGISTRY", "Attr", "InferContext", "OpDef", "OpTypeError", "TensorType", "get_op", "register"]
