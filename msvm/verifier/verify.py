@@ -1,10 +1,10 @@
 """The MS-BC verifier: one entry point, every problem reported, each at its address.
 
-Passes run per function in a fixed order — operands, control flow, SSA/dominance, phis, inputs,
-frees, then types and symbolic shapes — and later passes skip what an earlier one already
-reported broken, so one mistake yields one diagnostic. A module that verifies cannot make the
-interpreter fail on a structural error: every register read is defined on every path, every
-index is in range, every op call matches its op's schema.
+Passes run per function in a fixed order — operands, control flow, phis, SSA/dominance, inputs,
+types and symbolic shapes, then frees — and later passes skip what an earlier one already
+reported broken (its instructions and registers), so one mistake yields one diagnostic. A module
+that verifies cannot make the interpreter fail on a structural error: every register read is
+defined on every path, every index is in range, every op call matches its op's schema.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..bytecode.module import Function, Instruction, Module, RegRef, attr_registers
@@ -24,6 +24,7 @@ from .cfg import CFG, build_cfg
 from .diagnostics import CODES, Diagnostic, full_code
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+MAX_REGS = 1 << 20  # the same cap the binary and text formats enforce
 
 
 @dataclass(frozen=True)
@@ -82,28 +83,54 @@ class FunctionChecker:
             self.addr[address] = (bi, ii)
             self.where[id(ins)] = address
             address += 1
-        self.defs: list[tuple[int, int] | None] = [None] * max(fn.num_regs, 0)
+        self.defs: list[tuple[int, int] | None] = [None] * min(max(fn.num_regs, 0), MAX_REGS + 1)
         self.bad_regs: set[int] = set()  # registers already reported; later passes stay quiet
-        self.types: list[RegType | None] = [None] * max(fn.num_regs, 0)
+        self.reported: set[int] = set()  # id() of instructions already reported; the type pass skips them
+        self.merged: dict[tuple[str, int], int] = {}  # (code, id(instruction)) → index of its diagnostic
+        self.types: list[RegType | None] = [None] * min(max(fn.num_regs, 0), MAX_REGS + 1)
         self.attrs: dict[int, dict[str, Any]] = {}
         self.guards: dict[int, list[Guard]] = {}
         self.entry_symbols: frozenset[str] = frozenset()
         self.quiet = False  # the type fixpoint iterations run quiet; only the last one reports
 
     # -- reporting ---------------------------------------------------------------------------
-    def report(self, code: str, message: str, ins: Instruction | None = None, *, expected: Any = None,
-               found: Any = None, hint: str | None = None) -> None:
+    def report(
+        self,
+        code: str,
+        message: str,
+        ins: Instruction | None = None,
+        *,
+        expected: Any = None,
+        found: Any = None,
+        hint: str | None = None,
+    ) -> None:
         if self.quiet:
             return
         address = self.where.get(id(ins)) if ins is not None else None
         opcode = None
         if ins is not None:
+            self.reported.add(id(ins))
             opcode = ins.name + (f" {ins.args[0]}" if ins.name == "OP_CALL" else "")
-        self.diags.append(Diagnostic(
-            full_code(code), message, address, opcode, self.fn.name,
-            None if expected is None else str(expected), None if found is None else str(found),
-            hint, ins.loc if ins is not None else None,
-        ))
+            first = self.merged.get((code, id(ins)))
+            if first is not None:  # one diagnostic per kind of problem per instruction, naming every case
+                d = self.diags[first]
+                both = ", ".join(str(f) for f in (d.found, found) if f is not None) or None
+                self.diags[first] = replace(d, message=f"{d.message}; {message}", found=both)
+                return
+            self.merged[(code, id(ins))] = len(self.diags)
+        self.diags.append(
+            Diagnostic(
+                full_code(code),
+                message,
+                address,
+                opcode,
+                self.fn.name,
+                None if expected is None else str(expected),
+                None if found is None else str(found),
+                hint,
+                ins.loc if ins is not None else None,
+            )
+        )
 
     def fail(self, code: str, message: str, ins: Instruction, **kw: Any) -> None:
         self.report(code, message, ins, **kw)
@@ -114,28 +141,46 @@ class FunctionChecker:
         fn = self.fn
         ok = True
         if not fn.blocks:
-            self.report("EMPTY-FUNCTION", f"function {fn.name} has no blocks", hint="add an entry block ending in RET")
+            self.report(
+                "EMPTY-FUNCTION", f"function {fn.name} has no blocks", hint="add an entry block ending in RET"
+            )
             return False
-        if fn.num_regs < 0:
-            self.report("REG-RANGE", f"function {fn.name} declares {fn.num_regs} registers")
+        if not 0 <= fn.num_regs <= MAX_REGS:
+            self.report(
+                "REG-RANGE",
+                f"function {fn.name} declares {fn.num_regs} registers",
+                expected=f"0..{MAX_REGS}",
+                found=fn.num_regs,
+            )
             return False
         if len(set(fn.params)) != len(fn.params):
             dup = next(p for p in fn.params if fn.params.count(p) > 1)
             self.report("DUPLICATE-PARAM", f"parameter {dup!r} appears twice in {fn.name}")
         for bi, block in enumerate(fn.blocks):
             if not block.instructions:
-                self.report("EMPTY-BLOCK", f"block bb{bi} of {fn.name} is empty", hint="end it with JMP, BR or RET")
+                self.report(
+                    "EMPTY-BLOCK", f"block bb{bi} of {fn.name} is empty", hint="end it with JMP, BR or RET"
+                )
                 ok = False
                 continue
             for ii, ins in enumerate(block.instructions):
                 last = ii == len(block.instructions) - 1
                 if ins.opcode.is_terminator and not last:
-                    self.report("TERMINATOR-MID-BLOCK", f"{ins.name} is not the last instruction of bb{bi}", ins,
-                                hint="split the block: instructions after a terminator never run")
+                    self.report(
+                        "TERMINATOR-MID-BLOCK",
+                        f"{ins.name} is not the last instruction of bb{bi}",
+                        ins,
+                        hint="split the block: instructions after a terminator never run",
+                    )
                     ok = False
                 if last and not ins.opcode.is_terminator:
-                    self.report("UNTERMINATED-BLOCK", f"block bb{bi} does not end with a terminator", ins,
-                                expected="BR, JMP or RET", found=ins.name)
+                    self.report(
+                        "UNTERMINATED-BLOCK",
+                        f"block bb{bi} does not end with a terminator",
+                        ins,
+                        expected="BR, JMP or RET",
+                        found=ins.name,
+                    )
                     ok = False
                 ok &= self.check_operands(ins)
         return ok
@@ -143,8 +188,13 @@ class FunctionChecker:
     def check_operands(self, ins: Instruction) -> bool:
         ok = True
         if len(ins.args) != len(ins.opcode.operands):
-            self.report("OPERAND", f"{ins.name} has {len(ins.args)} operands", ins,
-                        expected=len(ins.opcode.operands), found=len(ins.args))
+            self.report(
+                "OPERAND",
+                f"{ins.name} has {len(ins.args)} operands",
+                ins,
+                expected=len(ins.opcode.operands),
+                found=len(ins.args),
+            )
             return False
         for operand, value in zip(ins.opcode.operands, ins.args):
             try:
@@ -157,16 +207,26 @@ class FunctionChecker:
         if not _is_int(value):
             self.fail("OPERAND", f"{what} must be a register index", ins, found=repr(value))
         if not 0 <= value < self.fn.num_regs:
-            self.fail("REG-RANGE", f"{what} R{value} is out of range", ins,
-                      expected=f"R0..R{self.fn.num_regs - 1}", found=f"R{value}",
-                      hint="raise the function's register count or renumber")
+            self.fail(
+                "REG-RANGE",
+                f"{what} R{value} is out of range",
+                ins,
+                expected=f"R0..R{self.fn.num_regs - 1}",
+                found=f"R{value}",
+                hint="raise the function's register count or renumber",
+            )
 
     def check_block(self, ins: Instruction, what: str, value: Any) -> None:
         if not _is_int(value):
             self.fail("OPERAND", f"{what} must be a block index", ins, found=repr(value))
         if not 0 <= value < len(self.fn.blocks):
-            self.fail("BLOCK-RANGE", f"{what} targets a block that does not exist", ins,
-                      expected=f"bb0..bb{len(self.fn.blocks) - 1}", found=f"bb{value}")
+            self.fail(
+                "BLOCK-RANGE",
+                f"{what} targets a block that does not exist",
+                ins,
+                expected=f"bb0..bb{len(self.fn.blocks) - 1}",
+                found=f"bb{value}",
+            )
 
     def check_operand(self, ins: Instruction, name: str, kind: Kind, value: Any) -> None:
         what = f"operand {name}"
@@ -185,27 +245,46 @@ class FunctionChecker:
                 self.fail("OPERAND", f"{what} must be a shape spec", ins, found=repr(value))
         elif kind is Kind.DTYPE:
             if value not in DTYPES:
-                self.fail("BAD-DTYPE", f"unknown dtype {value!r}", ins, expected=", ".join(DTYPES), found=value)
+                self.fail(
+                    "BAD-DTYPE", f"unknown dtype {value!r}", ins, expected=", ".join(DTYPES), found=value
+                )
         elif kind is Kind.DEVICE:
             if value not in DEVICES:
-                self.fail("BAD-DEVICE", f"unknown device {value!r}", ins, expected=", ".join(DEVICES), found=value)
+                self.fail(
+                    "BAD-DEVICE", f"unknown device {value!r}", ins, expected=", ".join(DEVICES), found=value
+                )
         elif kind is Kind.CONST:
             if not _is_int(value):
                 self.fail("OPERAND", f"{what} must be a constant index", ins, found=repr(value))
             if not 0 <= value < len(self.module.constants):
-                self.fail("CONST-RANGE", f"constant k{value} does not exist", ins,
-                          expected=f"k0..k{len(self.module.constants) - 1}", found=f"k{value}")
+                self.fail(
+                    "CONST-RANGE",
+                    f"constant k{value} does not exist",
+                    ins,
+                    expected=f"k0..k{len(self.module.constants) - 1}",
+                    found=f"k{value}",
+                )
         elif kind is Kind.SYMBOL:
             if not isinstance(value, str) or not IDENT.match(value):
                 self.fail("BAD-SYMBOL", f"symbol {value!r} is not an identifier", ins)
         elif kind is Kind.SCALAR_OP:
             if value not in SCALAR_OPS:
-                self.fail("BAD-SCALAR-OP", f"unknown scalar operator {value!r}", ins,
-                          expected=", ".join(SCALAR_OPS), found=value)
+                self.fail(
+                    "BAD-SCALAR-OP",
+                    f"unknown scalar operator {value!r}",
+                    ins,
+                    expected=", ".join(SCALAR_OPS),
+                    found=value,
+                )
         elif kind is Kind.PRED:
             if value not in PREDICATES:
-                self.fail("BAD-PREDICATE", f"unknown predicate {value!r}", ins,
-                          expected=", ".join(PREDICATES), found=value)
+                self.fail(
+                    "BAD-PREDICATE",
+                    f"unknown predicate {value!r}",
+                    ins,
+                    expected=", ".join(PREDICATES),
+                    found=value,
+                )
         elif kind is Kind.OP:
             if not isinstance(value, str):
                 self.fail("OPERAND", f"{what} must be an op name", ins, found=repr(value))
@@ -230,23 +309,74 @@ class FunctionChecker:
         for b in range(len(self.fn.blocks)):
             if b not in reachable:
                 first = self.fn.blocks[b].instructions[0]
-                self.report("UNREACHABLE-BLOCK", f"no path from the entry reaches bb{b}", first,
-                            hint="remove the block or branch to it")
+                self.report(
+                    "UNREACHABLE-BLOCK",
+                    f"no path from the entry reaches bb{b}",
+                    first,
+                    hint="remove the block or branch to it",
+                )
         if cfg.preds[0]:
             ins = self.fn.blocks[cfg.preds[0][0]].instructions[-1]
-            self.report("ENTRY-PREDECESSOR", "a branch targets the entry block bb0", ins,
-                        hint="inputs are declared in bb0; loop back to a header block instead")
+            self.report(
+                "ENTRY-PREDECESSOR",
+                "a branch targets the entry block bb0",
+                ins,
+                hint="inputs are declared in bb0; loop back to a header block instead",
+            )
         if not any(self.fn.blocks[b].instructions[-1].name == "RET" for b in reachable):
-            self.report("NO-RETURN", f"function {self.fn.name} never returns",
-                        hint="every function needs a reachable RET")
+            self.report(
+                "NO-RETURN",
+                f"function {self.fn.name} never returns",
+                hint="every function needs a reachable RET",
+            )
 
-    # -- pass 3: SSA definitions, shape cycles and dominance ---------------------------------
+    # -- pass 3: phis ------------------------------------------------------------------------
+    def check_phis(self, cfg: CFG) -> None:
+        for bi, block in enumerate(self.fn.blocks):
+            if bi not in cfg.reachable:
+                continue  # reported as UNREACHABLE-BLOCK
+            seen_other = False
+            for ins in block.instructions:
+                if ins.name not in ("TENSOR_PHI", "SCALAR_PHI"):
+                    seen_other = True
+                    continue
+                if seen_other:
+                    self.report(
+                        "PHI-POSITION",
+                        f"{ins.name} follows a non-phi instruction in bb{bi}",
+                        ins,
+                        hint="phis come first in their block",
+                    )
+                incoming = [b for b, _ in ins["incoming"]]
+                preds = sorted(cfg.preds[bi])
+                if not preds:
+                    self.report(
+                        "PHI-PREDECESSORS",
+                        f"{ins.name} in bb{bi}, which has no predecessors",
+                        ins,
+                        hint="a phi merges the values of the blocks that branch to it",
+                    )
+                elif sorted(incoming) != preds or len(set(incoming)) != len(incoming):
+                    self.report(
+                        "PHI-PREDECESSORS",
+                        f"phi incoming blocks do not match the predecessors of bb{bi}",
+                        ins,
+                        expected=_blocks(preds),
+                        found=_blocks(incoming),
+                        hint="list exactly one value per predecessor block",
+                    )
+
+    # -- pass 4: SSA definitions, shape cycles and dominance ---------------------------------
     def check_ssa(self, cfg: CFG) -> None:
         for bi, ii, ins in self.fn.instructions():
             for reg in ins.writes():
                 if self.defs[reg] is not None:
-                    self.report("REG-REDEFINED", f"R{reg} is written twice", ins,
-                                hint="registers are SSA: write a new register and merge with a phi")
+                    self.report(
+                        "REG-REDEFINED",
+                        f"R{reg} is written twice",
+                        ins,
+                        hint="registers are SSA: write a new register and merge with a phi",
+                    )
                     self.bad_regs.add(reg)
                 else:
                     self.defs[reg] = (bi, ii)
@@ -256,6 +386,8 @@ class FunctionChecker:
             if bi not in reachable:
                 continue
             if ins.name in ("TENSOR_PHI", "SCALAR_PHI"):
+                if id(ins) in self.reported:
+                    continue  # wrong incoming blocks (PHI-PREDECESSORS): their values mean nothing
                 for pred, reg in ins["incoming"]:
                     self.check_dominated(cfg, ins, reg, pred, None)
             else:
@@ -268,8 +400,12 @@ class FunctionChecker:
             return
         site = self.defs[reg]
         if site is None:
-            self.report("REG-UNDEFINED", f"R{reg} is read but never written", ins,
-                        hint="write it before this instruction")
+            self.report(
+                "REG-UNDEFINED",
+                f"R{reg} is read but never written",
+                ins,
+                hint="write it before this instruction",
+            )
             self.bad_regs.add(reg)
             return
         db, di = site
@@ -280,9 +416,14 @@ class FunctionChecker:
         else:
             ok = cfg.dominates(db, block)
         if not ok:
-            self.report("REG-NOT-DOMINATED", f"R{reg} may be read before it is written", ins,
-                        expected=f"R{reg} written on every path to here", found=f"written in bb{db} only",
-                        hint="define it in a dominating block, or merge the paths with a phi")
+            self.report(
+                "REG-NOT-DOMINATED",
+                f"R{reg} may be read before it is written",
+                ins,
+                expected=f"R{reg} written on every path to here",
+                found=f"written in bb{db} only",
+                hint="define it in a dominating block, or merge the paths with a phi",
+            )
 
     def check_cycles(self) -> None:
         """Dependency cycles through non-phi instructions (e.g. x's shape needs x.shape[2])."""
@@ -310,38 +451,20 @@ class FunctionChecker:
                     path.pop()
                     state[node] = 2
                 elif nxt in deps and state.get(nxt) == 1:
-                    cycle = path[path.index(nxt):]
+                    cycle = path[path.index(nxt) :]
                     chain = " -> ".join(f"R{r}" for r in [*cycle, nxt])
-                    self.report("SHAPE-CYCLE", f"shape cyclic dependency: {chain}", at[nxt],
-                                hint="a value cannot depend on itself; read the shape from an earlier tensor")
+                    if not self.bad_regs.intersection(cycle):  # not another loop through a reported one
+                        self.report(
+                            "SHAPE-CYCLE",
+                            f"shape cyclic dependency: {chain}",
+                            at[nxt],
+                            hint="a value cannot depend on itself; read the shape from an earlier tensor",
+                        )
                     self.bad_regs.update(cycle)
                 elif nxt in deps and not state.get(nxt):
                     state[nxt] = 1
                     path.append(nxt)
                     stack.append((nxt, iter(deps[nxt])))
-
-    # -- pass 4: phis ------------------------------------------------------------------------
-    def check_phis(self, cfg: CFG) -> None:
-        for bi, block in enumerate(self.fn.blocks):
-            if bi not in cfg.reachable:
-                continue  # reported as UNREACHABLE-BLOCK
-            seen_other = False
-            for ins in block.instructions:
-                if ins.name not in ("TENSOR_PHI", "SCALAR_PHI"):
-                    seen_other = True
-                    continue
-                if seen_other:
-                    self.report("PHI-POSITION", f"{ins.name} follows a non-phi instruction in bb{bi}", ins,
-                                hint="phis come first in their block")
-                incoming = [b for b, _ in ins["incoming"]]
-                preds = sorted(cfg.preds[bi])
-                if not preds:
-                    self.report("PHI-PREDECESSORS", f"bb{bi} has no predecessors: its {ins.name} merges nothing",
-                                ins, hint="a phi merges values from the blocks that branch to its block")
-                elif sorted(incoming) != preds or len(set(incoming)) != len(incoming):
-                    self.report("PHI-PREDECESSORS", f"phi incoming blocks do not match the predecessors of bb{bi}",
-                                ins, expected=_blocks(preds), found=_blocks(incoming),
-                                hint="list exactly one value per predecessor block")
 
     # -- pass 5: function inputs -------------------------------------------------------------
     def check_args(self) -> None:
@@ -355,13 +478,22 @@ class FunctionChecker:
             if ins.name == "TENSOR_CREATE" and arg == -1:
                 continue
             if not 0 <= arg < len(self.fn.params):
-                self.report("ARG-RANGE", f"input #{arg} does not exist", ins,
-                            expected=f"0..{len(self.fn.params) - 1} ({', '.join(self.fn.params) or 'no parameters'})",
-                            found=arg)
+                names = ", ".join(self.fn.params) or "no parameters"
+                self.report(
+                    "ARG-RANGE",
+                    f"input #{arg} does not exist",
+                    ins,
+                    expected=f"0..{len(self.fn.params) - 1} ({names})",
+                    found=arg,
+                )
                 continue
             if bi != 0:
-                self.report("ARG-NOT-IN-ENTRY", f"input #{arg} is declared in bb{bi}", ins,
-                            hint="declare every input in the entry block bb0")
+                self.report(
+                    "ARG-NOT-IN-ENTRY",
+                    f"input #{arg} is declared in bb{bi}",
+                    ins,
+                    hint="declare every input in the entry block bb0",
+                )
             if arg in declared:
                 self.report("ARG-DUPLICATE", f"input #{arg} ({self.fn.params[arg]}) is declared twice", ins)
                 continue
@@ -376,8 +508,11 @@ class FunctionChecker:
                 bound.update(d.name for d in ins["shape"] if d.is_symbol)
         for arg, name in enumerate(self.fn.params):
             if arg not in declared:
-                self.report("ARG-MISSING", f"parameter {name!r} (#{arg}) is never declared",
-                            hint=f"declare it with TENSOR_CREATE {arg}, ... or SCALAR_ARG {arg}, ...")
+                self.report(
+                    "ARG-MISSING",
+                    f"parameter {name!r} (#{arg}) is never declared",
+                    hint=f"declare it with TENSOR_CREATE {arg}, ... or SCALAR_ARG {arg}, ...",
+                )
         self.entry_symbols = frozenset(bound)
         for ins in declared.values():
             if ins.name == "TENSOR_CREATE":
@@ -386,53 +521,30 @@ class FunctionChecker:
     def check_bound(self, ins: Instruction, spec: ShapeSpec, allow_unknown: bool) -> None:
         for axis, dim in enumerate(spec):
             if dim.is_unknown and not allow_unknown:
-                self.report("UNBOUND-SYMBOL", f"dim {axis} is ? and cannot be allocated", ins,
-                            hint="give the size as a constant or an input-bound symbol, or use TENSOR_ALLOC")
+                self.report(
+                    "UNBOUND-SYMBOL",
+                    f"dim {axis} is ? and cannot be allocated",
+                    ins,
+                    hint="give the size as a constant or an input-bound symbol, or use TENSOR_ALLOC",
+                )
             missing = sorted(dim.free_symbols - self.entry_symbols)
             if missing:
-                self.report("UNBOUND-SYMBOL", f"dim {axis} is {dim} but nothing binds {', '.join(missing)} at entry",
-                            ins, hint=f"bind {missing[0]} with an input dimension or SCALAR_ARG, or compute the size "
-                            "with SCALAR_OP from a register holding it (symbolic_mul)")
+                self.report(
+                    "UNBOUND-SYMBOL",
+                    f"dim {axis} is {dim} but nothing binds {', '.join(missing)} at entry",
+                    ins,
+                    hint=f"bind {missing[0]} with an input dimension or SCALAR_ARG, or compute the "
+                    "size with SCALAR_OP from a register holding it (symbolic_mul)",
+                )
 
-    # -- pass 6: TENSOR_FREE -----------------------------------------------------------------
-    def check_frees(self, cfg: CFG) -> None:
-        uses: dict[int, list[tuple[int, int | None, Instruction]]] = {}
-        for bi, ii, ins in self.fn.instructions():
-            if ins.name in ("TENSOR_PHI", "SCALAR_PHI"):
-                for pred, reg in ins["incoming"]:
-                    uses.setdefault(reg, []).append((pred, None, ins))
-            else:
-                for reg in ins.reads():
-                    uses.setdefault(reg, []).append((bi, ii, ins))
-        after_free: dict[tuple[int, int], tuple[Instruction, dict[int, None]]] = {}  # (use, reg) → (use, frees)
-        for bi, ii, ins in self.fn.instructions():
-            if ins.name != "TENSOR_FREE" or bi not in cfg.reachable:
-                continue
-            reg = ins["src"]
-            site = self.defs[reg]
-            if site is not None:
-                producer = self.fn.blocks[site[0]].instructions[site[1]]
-                if producer.name == "LOAD_CONST" or (producer.name == "TENSOR_CREATE" and producer["arg"] >= 0):
-                    self.report("FREE-NON-OWNED", f"R{reg} is an input or constant and cannot be freed", ins,
-                                hint="free only tensors this function allocated")
-            # Passing the definition again (a loop) writes a fresh value: paths from the free stop there.
-            db, di = site if site is not None else (None, None)
-            later = _reachable_without(cfg, cfg.succs[bi], db)
-            for ub, ui, user in uses.get(reg, []):  # the free itself too: in a loop it may run again
-                again = ub in later and (ub != db or (ui is not None and ui < di))
-                if (ub == bi and (ui is None or ui > ii)) or again:
-                    after_free.setdefault((id(user), reg), (user, {}))[1][self.where[id(ins)]] = None
-        for (_, reg), (user, frees) in after_free.items():  # one report per use, naming every free before it
-            double = user.name == "TENSOR_FREE"
-            self.report("DOUBLE-FREE" if double else "USE-AFTER-FREE",
-                        f"R{reg} is {'freed again' if double else 'read'} after TENSOR_FREE at "
-                        + ", ".join(f"0x{a:04x}" for a in frees), user,
-                        hint="move the TENSOR_FREE after the last use")
-
-    # -- pass 7: types and symbolic shapes ---------------------------------------------------
+    # -- pass 6: types and symbolic shapes ---------------------------------------------------
     def infer(self, cfg: CFG) -> None:
-        phis = [(ins, bi) for bi in cfg.rpo for ins in self.fn.blocks[bi].instructions
-                if ins.name in ("TENSOR_PHI", "SCALAR_PHI")]
+        phis = [
+            (ins, bi)
+            for bi in cfg.rpo
+            for ins in self.fn.blocks[bi].instructions
+            if ins.name in ("TENSOR_PHI", "SCALAR_PHI")
+        ]
         self.quiet = bool(phis)
         for _ in range(12 if phis else 0):  # widen phis until their types are stable
             before = [self.types[ins["dst"]] for ins, _ in phis]
@@ -447,21 +559,26 @@ class FunctionChecker:
         for bi in cfg.rpo:
             for ins in self.fn.blocks[bi].instructions:
                 try:
+                    if id(ins) in self.reported:
+                        raise _Report  # an earlier pass reported it: its results stay untyped
                     self.type_instruction(ins)
                 except _Report:
                     for reg in ins.writes():
                         if not self.quiet:
                             self.types[reg] = None
+                for reg in self.bad_regs.intersection(ins.writes()):
+                    self.types[reg] = None
 
     def src(self, ins: Instruction, reg: int, want: type, what: str) -> Any:
         t = self.types[reg]
         if t is None:
             raise _Report  # undefined or already broken: reported elsewhere
         if not isinstance(t, want):
-            code = {TensorType: "EXPECTED-TENSOR", ScalarType: "EXPECTED-SCALAR", BoolType: "EXPECTED-BOOL"}[want]
-            self.fail(code, f"{what} R{reg} has the wrong kind", ins,
-                      expected={TensorType: "a tensor", ScalarType: "an int64 scalar", BoolType: "a bool"}[want],
-                      found=_kind(t))
+            code = {TensorType: "EXPECTED-TENSOR", ScalarType: "EXPECTED-SCALAR", BoolType: "EXPECTED-BOOL"}[
+                want
+            ]
+            expected = {TensorType: "a tensor", ScalarType: "an int64 scalar", BoolType: "a bool"}[want]
+            self.fail(code, f"{what} R{reg} has the wrong kind", ins, expected=expected, found=_kind(t))
         return t
 
     def type_instruction(self, ins: Instruction) -> None:
@@ -489,8 +606,13 @@ class FunctionChecker:
             t = self.src(ins, ins["src"], TensorType, "source")
             dim = ins["dim"]
             if not 0 <= dim < t.shape.rank:
-                self.fail("DIM-RANGE", f"R{ins['src']} has no dim {dim}", ins,
-                          expected=f"0..{t.shape.rank - 1} (rank {t.shape.rank})", found=dim)
+                self.fail(
+                    "DIM-RANGE",
+                    f"R{ins['src']} has no dim {dim}",
+                    ins,
+                    expected=f"0..{t.shape.rank - 1} (rank {t.shape.rank})",
+                    found=dim,
+                )
             self.types[ins["dst"]] = ScalarType(t.shape[dim])
         elif name == "SCALAR_CONST":
             self.types[ins["dst"]] = ScalarType(Dim.const(ins["value"]))
@@ -526,23 +648,22 @@ class FunctionChecker:
         dims = [self.src(ins, r, ScalarType, "dim").value for r in ins["dims"]]
         infer_at = [i for i, d in enumerate(dims) if d.is_const and d.value == -1]
         if len(infer_at) > 1:
-            self.fail("RESIZE-INFER", f"{len(infer_at)} dims are -1", ins, hint="at most one dim can be inferred")
+            self.fail(
+                "RESIZE-INFER", f"{len(infer_at)} dims are -1", ins, hint="at most one dim can be inferred"
+            )
         for axis, d in enumerate(dims):
             if d.is_const and d.value < -1:
                 self.fail("NEGATIVE-DIM", f"dim {axis} is {d.value}", ins)
-        total = _product(t.shape)
-        if infer_at:
-            rest = _product(d for i, d in enumerate(dims) if i != infer_at[0])
-            empty = rest.is_const and rest.value == 0
-            dims[infer_at[0]] = UNKNOWN if empty else _scalar_op("floordiv", total, rest)
-        else:
-            ctx = InferContext()
-            try:
-                ctx.require_equal(total, _product(dims), "element count")
-            except OpTypeError as exc:
-                self.fail("SHAPE-MISMATCH", f"cannot resize {t.shape} to {ShapeSpec.of(dims)}: {exc.message}", ins)
-            self.add_guards(ins, ctx)
-        return TensorType(ShapeSpec.of(dims), t.dtype)
+        ctx = InferContext()  # the reshape op's shape function is the one rule for -1 and element counts
+        try:
+            out = REGISTRY["reshape"].infer(ctx, t, shape=tuple(dims))
+        except OpTypeError as exc:
+            code = exc.code if exc.code in CODES else "SHAPE-MISMATCH"
+            self.fail(
+                code, f"cannot resize {t.shape} to {ShapeSpec.of(dims)}: {exc.message}", ins, hint=exc.hint
+            )
+        self.add_guards(ins, ctx)
+        return out
 
     def type_phi(self, ins: Instruction) -> None:
         want = TensorType if ins.name == "TENSOR_PHI" else ScalarType
@@ -560,10 +681,18 @@ class FunctionChecker:
         first = known[0]
         for t in known[1:]:
             if t.shape.rank != first.shape.rank or t.dtype != first.dtype:
-                self.fail("PHI-INCOMPATIBLE", "phi inputs differ in rank or dtype", ins,
-                          expected=str(first), found=str(t), hint="the merged tensors must have the same rank and dtype")
-        dims = [d if all(prove_equal(d, t.shape[i]) for t in known[1:]) else UNKNOWN
-                for i, d in enumerate(first.shape)]
+                self.fail(
+                    "PHI-INCOMPATIBLE",
+                    "phi inputs differ in rank or dtype",
+                    ins,
+                    expected=str(first),
+                    found=str(t),
+                    hint="the merged tensors must have the same rank and dtype",
+                )
+        dims = [
+            d if all(prove_equal(d, t.shape[i]) for t in known[1:]) else UNKNOWN
+            for i, d in enumerate(first.shape)
+        ]
         self.types[ins["dst"]] = TensorType(ShapeSpec.of(dims), first.dtype)
 
     def type_call(self, ins: Instruction) -> None:
@@ -573,8 +702,12 @@ class FunctionChecker:
             import difflib
 
             close = difflib.get_close_matches(opname, REGISTRY, n=3)
-            self.fail("UNKNOWN-OP", f"no op named {opname!r}", ins,
-                      hint=f"did you mean {', '.join(close)}?" if close else "see ms.ops for the available ops")
+            self.fail(
+                "UNKNOWN-OP",
+                f"no op named {opname!r}",
+                ins,
+                hint=f"did you mean {', '.join(close)}?" if close else "see ms.ops for the available ops",
+            )
         inputs = [self.src(ins, r, TensorType, "input") for r in srcs]
         try:
             op.check_arity(len(inputs))
@@ -588,12 +721,19 @@ class FunctionChecker:
                 if t is None:
                     raise _Report
                 if not isinstance(t, ScalarType):
-                    self.fail("ATTR-REG-TYPE", f"attribute {key} names R{reg}, {_kind(t)}", ins,
-                              expected="an int64 scalar register", found=_kind(t))
+                    self.fail(
+                        "ATTR-REG-TYPE",
+                        f"attribute {key} names R{reg}, {_kind(t)}",
+                        ins,
+                        expected="an int64 scalar register",
+                        found=_kind(t),
+                    )
             symbolic[key] = self.substitute(value)
         n_out = op.num_outputs(symbolic)
         if len(dsts) != n_out:
-            self.fail("OUTPUT-COUNT", f"{opname} produces {n_out} output(s)", ins, expected=n_out, found=len(dsts))
+            self.fail(
+                "OUTPUT-COUNT", f"{opname} produces {n_out} output(s)", ins, expected=n_out, found=len(dsts)
+            )
         ctx = InferContext()
         try:
             out = op.infer(ctx, *inputs, **symbolic)
@@ -621,24 +761,77 @@ class FunctionChecker:
         if ctx.guards:
             self.guards[self.where[id(ins)]] = list(ctx.guards)
 
+    # -- pass 7: TENSOR_FREE (after types: only frees of tensors are checked) ----------------
+    def check_frees(self, cfg: CFG) -> None:
+        uses: dict[int, list[tuple[int, int | None, Instruction]]] = {}
+        for bi, ii, ins in self.fn.instructions():
+            if ins.name in ("TENSOR_PHI", "SCALAR_PHI"):
+                for pred, reg in ins["incoming"]:
+                    uses.setdefault(reg, []).append((pred, None, ins))
+            else:
+                for reg in ins.reads():
+                    uses.setdefault(reg, []).append((bi, ii, ins))
+        broken = set(self.reported)  # instructions earlier passes reported: neither checked nor blamed here
+        # (id of a use, register) → (the use, addresses of the frees that can run before it)
+        after_free: dict[tuple[int, int], tuple[Instruction, dict[int, None]]] = {}
+        for bi, ii, ins in self.fn.instructions():
+            if ins.name != "TENSOR_FREE" or bi not in cfg.reachable or id(ins) in broken:
+                continue
+            reg = ins["src"]
+            if not isinstance(self.types[reg], TensorType):
+                continue  # a register already reported broken
+            db, di = self.defs[reg]
+            producer = self.fn.blocks[db].instructions[di]
+            if producer.name == "LOAD_CONST" or (producer.name == "TENSOR_CREATE" and producer["arg"] >= 0):
+                self.report(
+                    "FREE-NON-OWNED",
+                    f"R{reg} is an input or constant and cannot be freed",
+                    ins,
+                    hint="free only tensors this function allocated",
+                )
+                continue  # the free itself is the mistake, not what comes after it
+            # Passing the definition again (a loop) writes a fresh value: paths from the free stop there.
+            later = _reachable_without(cfg, cfg.succs[bi], db)
+            for ub, ui, user in uses.get(reg, []):  # the free itself too: in a loop it may run again
+                again = ub in later and (ub != db or (ui is not None and ui < di))
+                if id(user) not in broken and ((ub == bi and (ui is None or ui > ii)) or again):
+                    after_free.setdefault((id(user), reg), (user, {}))[1][self.where[id(ins)]] = None
+        for (_, reg), (user, frees) in after_free.items():  # one report per use, naming every free before it
+            double = user.name == "TENSOR_FREE"
+            self.report(
+                "DOUBLE-FREE" if double else "USE-AFTER-FREE",
+                f"R{reg} is {'freed again' if double else 'read'} after TENSOR_FREE at "
+                + ", ".join(f"0x{a:04x}" for a in frees),
+                user,
+                hint="move the TENSOR_FREE after the last use",
+            )
+
     def check_returns(self, cfg: CFG) -> None:
-        rets = [b.instructions[-1] for i, b in enumerate(self.fn.blocks)
-                if i in cfg.reachable and b.instructions and b.instructions[-1].name == "RET"]
+        rets = [
+            b.instructions[-1]
+            for i, b in enumerate(self.fn.blocks)
+            if i in cfg.reachable and b.instructions and b.instructions[-1].name == "RET"
+        ]
         counts = {len(r["srcs"]) for r in rets}
         if len(counts) > 1:
-            self.report("RET-ARITY", "RETs return different numbers of values", rets[-1],
-                        expected=len(rets[0]["srcs"]), found=len(rets[-1]["srcs"]))
+            self.report(
+                "RET-ARITY",
+                "RETs return different numbers of values",
+                rets[-1],
+                expected=len(rets[0]["srcs"]),
+                found=len(rets[-1]["srcs"]),
+            )
 
     def run(self) -> FunctionInfo | None:
         if not self.check_structure():
             return None
         cfg = build_cfg(self.fn)
         self.check_cfg(cfg)
-        self.check_ssa(cfg)
         self.check_phis(cfg)
+        self.check_ssa(cfg)
         self.check_args()
-        self.check_frees(cfg)
         self.infer(cfg)
+        self.check_frees(cfg)
         self.check_returns(cfg)
         return FunctionInfo(self.fn, self.base, cfg, self.types, self.entry_symbols, self.attrs, self.guards)
 
@@ -648,15 +841,17 @@ def _is_int(value: Any) -> bool:
 
 
 def _kind(t: RegType) -> str:
-    return "a tensor " + str(t) if isinstance(t, TensorType) else ("a bool" if isinstance(t, BoolType) else str(t))
+    if isinstance(t, TensorType):
+        return "a tensor " + str(t)
+    return "a bool" if isinstance(t, BoolType) else str(t)
 
 
 def _blocks(blocks: Iterable[int]) -> str:
     return "[" + ", ".join(f"bb{b}" for b in blocks) + "]"
 
 
-def _reachable_without(cfg: CFG, starts: list[int], barrier: int | None) -> set[int]:
-    """Blocks entered on paths from ``starts`` that do not go through ``barrier`` (it is entered, not left)."""
+def _reachable_without(cfg: CFG, starts: list[int], barrier: int) -> set[int]:
+    """Blocks entered on paths from ``starts`` that do not go through ``barrier`` (entered, never left)."""
     seen: set[int] = set()
     stack = list(starts)
     while stack:
@@ -668,16 +863,15 @@ def _reachable_without(cfg: CFG, starts: list[int], barrier: int | None) -> set[
     return seen
 
 
-def _product(dims: Iterable[Dim]) -> Dim:
-    total = Dim.const(1)
-    for d in dims:
-        total = _scalar_op("mul", total, d)
-    return total
-
-
 _SCALAR_OPS: dict[str, Callable[[Dim, Dim], Dim]] = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
-    "ceildiv": ceildiv, "mod": operator.mod, "min": dmin, "max": dmax,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "floordiv": operator.floordiv,
+    "ceildiv": ceildiv,
+    "mod": operator.mod,
+    "min": dmin,
+    "max": dmax,
 }
 
 
@@ -698,8 +892,14 @@ def analyze_module(module: Module) -> tuple[ModuleInfo, list[Diagnostic]]:
     seen: set[str] = set()
     for fn in module.functions:
         if fn.name in seen:
-            diags.append(Diagnostic(full_code("DUPLICATE-FUNCTION"), f"function {fn.name!r} is defined twice",
-                                    address=base, function=fn.name))
+            diags.append(
+                Diagnostic(
+                    full_code("DUPLICATE-FUNCTION"),
+                    f"function {fn.name!r} is defined twice",
+                    address=base,
+                    function=fn.name,
+                )
+            )
         seen.add(fn.name)
         info = FunctionChecker(module, fn, base, diags).run()
         if info is not None:
