@@ -20,7 +20,7 @@ from .errors import (
     VerifyError,
 )
 
-# frontend re-exports are added when msvm.frontend lands
+from .frontend import Tensor, jit, load, mutable, save, symbolic_mul
 from .validate import validate
 
 __version__ = "0.1.0"

@@ -1,0 +1,235 @@
+"""The MS-JIT benchmark suite: workloads W1–W6 whose input shapes change at run time.
+
+Engines measured in the same run: numpy eager (the reference; every engine's output is checked
+against it), the msvm interpreter (JIT off), msvm with the JIT in each relevant cache mode, and
+torch eager / torch.compile when torch is installed (jax.jit when jax is). Per workload: steady
+state median, the first call after each new shape, the whole stream's wall time with every
+compile included, compiles, cache entries and hit rate, and GFLOP/s or GB/s against the sgemm
+peak and memory bandwidth this suite measures on the machine first.
+
+Run: ``python -m bench workloads`` (options: ``python -m bench.workloads --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import msvm as ms
+
+from .harness import fmt_ratio, fmt_time, measure, optional_import, table
+from .models import Workload, workloads
+
+BUCKETS = (1, 4, 16, 64, 256, 1024)
+
+
+@dataclass
+class Run:
+    engine: str
+    steady: float | None = None
+    stream_total: float | None = None
+    call_times: list[float] = field(default_factory=list)
+    first_calls: dict[tuple, float] = field(default_factory=dict)  # shape → first-call latency
+    compiles: int | None = None
+    entries: int | None = None
+    hit_rate: float | None = None
+    compile_ms: list[float] = field(default_factory=list)
+    error: str | None = None
+    max_abs_err: float | None = None
+
+
+def machine_peaks() -> tuple[float, float]:
+    """(sgemm GFLOP/s, memory bandwidth GB/s) measured now, on this machine, with numpy."""
+    a = np.random.default_rng(0).random((2048, 2048), dtype=np.float32)
+    b = a.copy()
+    t = min(measure(lambda: a @ b, repeat=3, min_time=0.2) for _ in range(2))
+    gflops = 2 * 2048**3 / t / 1e9
+    src = np.ones(32 << 20, np.float32)  # 128 MB: well beyond the caches
+    dst = np.empty_like(src)
+    t = measure(lambda: np.copyto(dst, src), repeat=5, min_time=0.2)
+    return gflops, 2 * src.nbytes / t / 1e9
+
+
+def _key(args: tuple[np.ndarray, ...]) -> tuple:
+    return tuple(a.shape for a in args)
+
+
+def run_stream(engine: str, fn: Callable[..., Any], w: Workload, convert=lambda a: a) -> Run:
+    run = Run(engine)
+    stream = [tuple(convert(a) for a in args) for args in w.stream]
+    t_start = time.perf_counter()
+    for raw, args in zip(w.stream, stream):
+        t0 = time.perf_counter()
+        fn(*args)
+        dt = time.perf_counter() - t0
+        run.call_times.append(dt)
+        run.first_calls.setdefault(_key(raw), dt)
+    run.stream_total = time.perf_counter() - t_start
+    return run
+
+
+def _jit_stats(run: Run, fname: str) -> None:
+    entries = [e for e in ms.vm.jit_info() if e["function"] == fname]
+    run.entries = len(entries)
+    run.compiles = sum(1 for e in entries if e["status"] in ("compiled", "fallback"))
+    run.compile_ms = [e["compile_ms"] for e in entries if e.get("compile_ms")]
+    run.hit_rate = ms.vm.get_jit_hit_rate()  # the cache was reset before this engine ran
+
+
+def bench_msvm(w: Workload, engine: str, options: dict[str, Any], reference: np.ndarray) -> Run:
+    ms.vm.reset()
+    fn = w.make(**options)
+    run = run_stream(engine, fn, w)
+    if "hot_threshold" not in options:  # JIT engines: let queued compiles land, then warm the steady key
+        ms.vm.wait_for_compiles(120)
+        for _ in range(4):
+            fn(*w.steady)
+        ms.vm.wait_for_compiles(120)
+        _jit_stats(run, fn.__name__)
+    out = fn(*w.steady)
+    run.max_abs_err = float(np.max(np.abs(np.asarray(out) - reference)))
+    run.steady = measure(lambda: fn(*w.steady), repeat=5, min_time=0.1)
+    return run
+
+
+def bench_torch(w: Workload, compiled: bool, reference: np.ndarray) -> Run:
+    import torch
+
+    fn = w.torch
+    engine = "torch eager"
+    if compiled:
+        fn = torch.compile(w.torch)
+        engine = "torch.compile"
+    with torch.inference_mode():
+        run = run_stream(engine, fn, w, torch.from_numpy)
+        steady = tuple(torch.from_numpy(a) for a in w.steady)
+        out = fn(*steady).numpy()
+        run.max_abs_err = float(np.max(np.abs(out - reference)))
+        run.steady = measure(lambda: fn(*steady), repeat=5, min_time=0.1)
+    return run
+
+
+def bench_workload(w: Workload, args: argparse.Namespace, torch_mod: Any) -> list[Run]:
+    fn_ref = w.make(hot_threshold=1 << 30)
+    reference = np.asarray(fn_ref.py_func(*w.steady))
+    runs = []
+    numpy_run = run_stream("numpy eager", fn_ref.py_func, w)
+    numpy_run.steady = measure(lambda: fn_ref.py_func(*w.steady), repeat=5, min_time=0.1)
+    numpy_run.max_abs_err = 0.0
+    runs.append(numpy_run)
+    runs.append(bench_msvm(w, "msvm interp", {"hot_threshold": 1 << 30}, reference))
+    for mode in w.modes:
+        options: dict[str, Any] = {"cache_mode": mode, "mem_optimize": True}
+        if mode == "bucket":
+            options["bucket_boundaries"] = BUCKETS
+        try:
+            runs.append(bench_msvm(w, f"msvm jit {mode}", options, reference))
+        except ms.MsvmError as exc:
+            runs.append(Run(f"msvm jit {mode}", error=f"{type(exc).__name__}: {exc.message}"))
+    if torch_mod is not None and w.torch is not None:
+        runs.append(bench_torch(w, False, reference))
+        if args.torch_compile and w.name not in args.skip_compile:
+            try:
+                runs.append(bench_torch(w, True, reference))
+            except Exception as exc:  # torch.compile may be unavailable (no compiler toolchain)
+                runs.append(Run("torch.compile", error=f"{type(exc).__name__}: {str(exc)[:80]}"))
+    return runs
+
+
+def report(w: Workload, runs: list[Run], peaks: tuple[float, float]) -> str:
+    sgemm, bandwidth = peaks
+    by = {r.engine: r for r in runs}
+    base = by["numpy eager"].steady
+    torch_eager = by.get("torch eager")
+    flops, nbytes = w.flops(w.steady), w.bytes(w.steady)
+    rows = []
+    for r in runs:
+        if r.error:
+            rows.append([r.engine, "error: " + r.error] + [""] * 10)
+            continue
+        rate = ""
+        if flops:
+            rate = f"{flops / r.steady / 1e9:.1f} GFLOP/s ({flops / r.steady / 1e9 / sgemm:.0%} of peak)"
+        elif nbytes:
+            rate = f"{nbytes / r.steady / 1e9:.1f} GB/s ({nbytes / r.steady / 1e9 / bandwidth:.0%} of BW)"
+        firsts = list(r.first_calls.values())
+        rows.append(
+            [
+                r.engine,
+                fmt_time(r.steady),
+                fmt_ratio(r.steady / base),
+                fmt_ratio(r.steady / torch_eager.steady) if torch_eager and torch_eager.steady else "-",
+                rate,
+                fmt_time(statistics.median(firsts)) if firsts else "-",
+                fmt_time(max(firsts)) if firsts else "-",
+                fmt_time(r.stream_total),
+                "-" if r.compiles is None else r.compiles,
+                "-" if r.entries is None else r.entries,
+                "-" if r.hit_rate is None else f"{r.hit_rate:.0%}",
+                f"{r.max_abs_err:.1e}" if r.max_abs_err is not None else "-",
+            ]
+        )
+    header = [
+        "engine",
+        "steady median",
+        "÷ numpy",
+        "÷ torch eager",
+        "rate",
+        "first call (median)",
+        "first call (max)",
+        f"stream total ({len(w.stream)} calls)",
+        "compiles",
+        "entries",
+        "hit rate",
+        "max |err|",
+    ]
+    out = table(f"{w.name}: {w.title}", header, rows)
+    if flops:
+        out += f"\ncompute roofline at the steady input: {fmt_time(flops / (sgemm * 1e9))} (sgemm peak)"
+    elif nbytes:
+        out += f"\nbandwidth floor at the steady input: {fmt_time(nbytes / (bandwidth * 1e9))}"
+    for r in runs:
+        if r.compile_ms:
+            out += f"\n{r.engine}: compile ms per entry median {statistics.median(r.compile_ms):.1f}"
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.workloads", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated workloads, e.g. W1,W5")
+    parser.add_argument(
+        "--no-torch-compile",
+        dest="torch_compile",
+        action="store_false",
+        help="skip torch.compile (its first calls cost seconds per model)",
+    )
+    parser.add_argument("--skip-compile", default="W3", help="workloads where torch.compile is skipped")
+    args = parser.parse_args(argv or [])
+    args.skip_compile = set(filter(None, args.skip_compile.split(",")))
+    torch_mod = optional_import("torch")
+    if torch_mod is not None:
+        torch_mod.set_num_threads(2)
+    peaks = machine_peaks()
+    print(
+        f"machine: sgemm peak {peaks[0]:.0f} GFLOP/s (numpy float32 2048³), memory bandwidth "
+        f"{peaks[1]:.1f} GB/s (copy); torch {'installed' if torch_mod else 'not installed'}; "
+        f"jax {'installed' if optional_import('jax') else 'not installed'}"
+    )
+    only = set(filter(None, args.only.split(",")))
+    for w in workloads(torch_mod is not None):
+        if only and w.name not in only:
+            continue
+        runs = bench_workload(w, args, torch_mod)
+        print(report(w, runs, peaks))
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

@@ -1,0 +1,419 @@
+"""``@ms.jit``: compile a Python function to MS-BC at decoration, one version per argument signature.
+
+Why versions are keyed by cheap per-parameter extractors: every call computes its key (an annotated
+tensor's dtype, an unannotated one's dtype and rank, a specialised int's value), so each extractor is
+built once at decoration and does a type check and an attribute read on the common path.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from ..bytecode.module import Module
+from ..bytecode.opcodes import DTYPES
+from ..interpreter import Program
+from ..shapes import ShapeSpec
+from ..verifier import verify_module
+from .annotations import Mutable, TensorAnnotation
+from .compiler import FunctionCompiler, ParamKind, ScalarParam, StaticParam, TensorParam
+from .parsed import ParsedFunction
+from .values import NOTHING, VALUE, rebuild
+
+CACHE_MODES = ("exact", "bucket", "adaptive")
+
+
+@dataclass(frozen=True)
+class JitOptions:
+    """How the JIT treats a function (validated at decoration; honoured by the JIT layer)."""
+
+    cache_mode: str = "exact"
+    bucket_boundaries: tuple[int, ...] | None = None
+    fallback: bool = True
+    mem_optimize: bool = False
+    scd_threshold: float = 0.8
+    hot_threshold: int = 3
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cache_mode, str):
+            raise TypeError(f"cache_mode must be a string, got {self.cache_mode!r}")
+        if self.cache_mode not in CACHE_MODES:
+            raise ValueError(f"cache_mode must be one of {', '.join(map(repr, CACHE_MODES))}, got "
+                             f"{self.cache_mode!r}")
+        if self.bucket_boundaries is not None:
+            object.__setattr__(self, "bucket_boundaries", _boundaries(self.bucket_boundaries))
+        for name in ("fallback", "mem_optimize"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        threshold = self.scd_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+            raise TypeError(f"scd_threshold must be a number in [0, 1], got {threshold!r}")
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"scd_threshold must be in [0, 1], got {threshold}")
+        object.__setattr__(self, "scd_threshold", float(threshold))
+        hot = self.hot_threshold
+        if isinstance(hot, bool) or not isinstance(hot, int):
+            raise TypeError(f"hot_threshold must be an int >= 1, got {hot!r}")
+        if hot < 1:
+            raise ValueError(f"hot_threshold must be >= 1, got {hot}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _boundaries(value: Any) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"bucket_boundaries must be a sequence of positive ints or None, got {value!r}")
+    items = tuple(value)
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, (int, np.integer)):
+            raise TypeError(f"bucket_boundaries must hold ints, got {item!r}")
+    items = tuple(int(i) for i in items)
+    if not items:
+        raise ValueError("bucket_boundaries must not be empty (use None for no buckets)")
+    if any(i <= 0 for i in items):
+        raise ValueError(f"bucket_boundaries must be positive, got {items}")
+    if any(a >= b for a, b in itertools.pairwise(items)):
+        raise ValueError(f"bucket_boundaries must be strictly increasing, got {items}")
+    return items
+
+
+def _options(options: dict[str, Any]) -> JitOptions:
+    known = [f.name for f in fields(JitOptions)]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"unknown @ms.jit option(s) {', '.join(unknown)}; known options: {', '.join(known)}")
+    return JitOptions(**options)
+
+
+# -- signature keys ----------------------------------------------------------------------------------
+
+_MUTABLE = "mutable"  # key parts of unannotated parameters that are not (type, value) or (dtype, rank)
+_FLOAT = "float"
+
+
+def _as_array(fname: str, pname: str, value: Any, dtype: np.dtype | None = None) -> np.ndarray:
+    """A non-ndarray argument for a tensor parameter, converted like numpy does (lists, tuples, scalars)."""
+    try:
+        arr = np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{fname}() argument {pname!r} must be array-like, got {type(value).__name__}: "
+                        f"{exc}") from None
+    if arr.dtype.name not in DTYPES:
+        what = "is not array-like" if arr.dtype == object else f"has dtype {arr.dtype.name}"
+        raise TypeError(f"{fname}() argument {pname!r} {what} (got {type(value).__name__}); tensors must "
+                        f"have one of the dtypes {', '.join(DTYPES)}")
+    return arr
+
+
+def _static_tuple(value: Any) -> bool:
+    return all(type(v) in (int, float, bool, str) or v is None or (type(v) is tuple and _static_tuple(v))
+               for v in value)
+
+
+Extractor = Callable[[Any], Any]
+Converter = Callable[[Any], Any]
+Input = tuple[int, Converter, bool]  # (argument index, conversion, is it a tensor: ndarrays pass unconverted)
+
+
+def _tensor_extractor(fname: str, pname: str, annotation: TensorAnnotation) -> tuple[Extractor, Converter]:
+    """Key part of an annotated tensor parameter: its dtype (None for an optional tensor left out)."""
+    if annotation.dtype is None:
+        def extract(a: Any) -> Any:
+            if type(a) is np.ndarray:
+                return a.dtype
+            return None if a is None else _as_array(fname, pname, a).dtype
+
+        def convert(a: Any) -> Any:
+            return a if type(a) is np.ndarray else _as_array(fname, pname, a)
+
+        return extract, convert
+    pinned = np.dtype(annotation.dtype)
+
+    def extract_pinned(a: Any) -> Any:
+        if a is None:
+            return None
+        if type(a) is np.ndarray and a.dtype == pinned:
+            return pinned
+        arr = a if isinstance(a, np.ndarray) else _as_array(fname, pname, a, pinned)
+        if arr.dtype != pinned:
+            raise TypeError(f"{fname}() argument {pname!r} must have dtype {pinned.name} (pinned by its "
+                            f"annotation), got {arr.dtype.name}; cast it with .astype(np.{pinned.name})")
+        return pinned
+
+    def convert_pinned(a: Any) -> Any:
+        return a if type(a) is np.ndarray else _as_array(fname, pname, a, pinned)
+
+    return extract_pinned, convert_pinned
+
+
+def _free_extractor(fname: str, pname: str) -> Extractor:
+    """Key part of an unannotated parameter: what kind of argument it got decides the version."""
+
+    def slow(a: Any) -> Any:
+        if isinstance(a, (np.bool_, bool)):
+            return (bool, bool(a))
+        if isinstance(a, (np.integer, int)):
+            return (int, int(a))
+        if type(a) is tuple and _static_tuple(a):
+            return (tuple, a)
+        arr = _as_array(fname, pname, a)
+        return (arr.dtype, arr.ndim)
+
+    def extract(a: Any) -> Any:
+        t = type(a)
+        if t is np.ndarray:
+            return (a.dtype, a.ndim)
+        if t is int or t is bool or t is str or a is None:
+            return (t, a)
+        if t is Mutable:
+            return _MUTABLE
+        if t is float:
+            return _FLOAT
+        return slow(a)
+
+    return extract
+
+
+def _free_converter(fname: str, pname: str, part: Any) -> Converter | None:
+    """How an unannotated argument is passed to the bytecode (None: it is folded, not passed)."""
+    if part == _MUTABLE:
+        return int
+    if part == _FLOAT:
+        return functools.partial(np.asarray, dtype=np.float64)
+    if isinstance(part[0], np.dtype):
+        return lambda a: a if type(a) is np.ndarray else _as_array(fname, pname, a)
+    return None
+
+
+def _key_function(fast_paths: list[str], extractors: list[Extractor],
+                  pinned: list[np.dtype | None]) -> Callable[[tuple], tuple]:
+    """One generated function computing a call's key: ndarray arguments never leave its inlined fast paths.
+
+    ``fast_paths[i]`` is "tensor" (annotated: its dtype), "pinned" (annotated with a dtype) or "free"
+    (unannotated: dtype and rank); anything that is not an ndarray goes to ``extractors[i]``.
+    """
+    namespace: dict[str, Any] = {"ndarray": np.ndarray}
+    parts = []
+    for i, (kind, extract, dtype) in enumerate(zip(fast_paths, extractors, pinned)):
+        namespace[f"e{i}"], namespace[f"p{i}"] = extract, dtype
+        if kind == "tensor":
+            parts.append(f"(a{i}.dtype if type(a{i}) is ndarray else e{i}(a{i}))")
+        elif kind == "pinned":
+            parts.append(f"(p{i} if type(a{i}) is ndarray and a{i}.dtype == p{i} else e{i}(a{i}))")
+        else:
+            parts.append(f"((a{i}.dtype, a{i}.ndim) if type(a{i}) is ndarray else e{i}(a{i}))")
+    names = "".join(f"a{i}, " for i in range(len(parts)))
+    source = f"def key(args):\n    {names}= args\n    return ({''.join(p + ', ' for p in parts)})\n"
+    if not parts:
+        source = "def key(args):\n    return ()\n"
+    exec(compile(source, "<ms.jit signature key>", "exec"), namespace)
+    return namespace["key"]
+
+
+# -- versions --------------------------------------------------------------------------------------
+
+
+class Version:
+    """One compiled signature: its module, and the prepared program that runs it."""
+
+    def __init__(self, key: tuple, module: Module, inputs: list[Input], returns: Any,
+                 options: JitOptions) -> None:
+        self.key = key
+        self.module = module
+        self.name = module.functions[0].name
+        self.inputs = inputs
+        self.program = Program(module, options.as_dict(), info=verify_module(module))
+        self.executable = self.program.function(self.name)
+        self.run = self._runner(len(key), returns)
+
+    def arguments(self, args: tuple) -> list[Any]:
+        """The bytecode arguments of a call (specialised values dropped, the rest converted)."""
+        return [convert(args[i]) for i, convert, _ in self.inputs]
+
+    def _runner(self, n_args: int, returns: Any) -> Callable[[tuple], Any]:
+        """A generated ``run(args)``: ndarray arguments pass straight through to the executable."""
+        namespace: dict[str, Any] = {"ndarray": np.ndarray, "exe": self.executable, "rebuild": rebuild,
+                                     "R": returns}
+        values = []
+        for k, (index, convert, is_tensor) in enumerate(self.inputs):
+            namespace[f"c{k}"] = convert
+            a = f"a{index}"
+            values.append(f"({a} if type({a}) is ndarray else c{k}({a}))" if is_tensor else f"c{k}({a})")
+        call = f"exe({', '.join(values)})"
+        flat = returns in (VALUE, NOTHING) or (returns[0] is tuple and len(returns[1]) > 1
+                                               and all(c == VALUE for c in returns[1]))
+        unpack = f"    {''.join(f'a{i}, ' for i in range(n_args))}= args\n" if n_args else ""
+        body = call if flat else f"rebuild(R, {call})"
+        exec(compile(f"def run(args):\n{unpack}    return {body}\n", "<ms.jit call>", "exec"), namespace)
+        return namespace["run"]
+
+
+class JitFunction:
+    """A jitted function: call it like the Python function; see ``bytecode``, ``versions``, ``debug``."""
+
+    def __init__(self, fn: Callable[..., Any], options: JitOptions) -> None:
+        if not inspect.isfunction(fn):
+            raise TypeError(f"@ms.jit decorates Python functions, got {type(fn).__name__} {fn!r}")
+        functools.update_wrapper(self, fn)
+        self.py_func = fn
+        self.options = options
+        self.parsed = ParsedFunction.parse(fn)
+        self._lock = threading.RLock()
+        self._versions: dict[tuple, Version] = {}
+        self._latest: Version | None = None
+        params = list(self.parsed.signature.parameters.values())
+        self._names = [p.name for p in params]
+        self._nargs = len(params)
+        self._extractors: list[Extractor] = []
+        self._converters: dict[str, Converter] = {}
+        fast_paths, pinned = [], []
+        for p in params:
+            annotation = self.parsed.annotations.get(p.name)
+            if annotation is not None:
+                extract, convert = _tensor_extractor(fn.__name__, p.name, annotation)
+                self._converters[p.name] = convert
+                fast_paths.append("pinned" if annotation.dtype else "tensor")
+                pinned.append(np.dtype(annotation.dtype) if annotation.dtype else None)
+            else:
+                extract = _free_extractor(fn.__name__, p.name)
+                fast_paths.append("free")
+                pinned.append(None)
+            self._extractors.append(extract)
+        self._key = _key_function(fast_paths, self._extractors, pinned)
+        default = self._default_key(params)
+        if default is not None:
+            self._compile(default)
+
+    def _default_key(self, params: list[inspect.Parameter]) -> tuple | None:
+        """The key of the version compiled at decoration: every tensor annotated (float32 unless pinned)."""
+        key = []
+        for p, extract in zip(params, self._extractors):
+            annotation = self.parsed.annotations.get(p.name)
+            if annotation is not None:
+                key.append(np.dtype(annotation.dtype or "float32"))
+            elif p.default is not inspect.Parameter.empty:
+                try:
+                    key.append(extract(p.default))
+                except TypeError:  # a default the VM cannot take: it is reported at the call instead
+                    return None
+            else:
+                return None
+        return tuple(key)
+
+    # -- calling ------------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != self._nargs:
+            args = self._bind(args, kwargs)
+        key = self._key(args)
+        version = self._versions.get(key)
+        if version is None:
+            version = self._compile(key)
+        return version.run(args)
+
+    def _bind(self, args: tuple, kwargs: dict[str, Any]) -> tuple:
+        try:
+            bound = self.parsed.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.__name__}(): {exc}") from None
+        bound.apply_defaults()
+        return tuple(bound.arguments[name] for name in self._names)
+
+    def _version_for(self, args: tuple, kwargs: dict[str, Any]) -> tuple[Version, tuple]:
+        if kwargs or len(args) != self._nargs:
+            args = self._bind(args, kwargs)
+        key = self._key(args)
+        return self._versions.get(key) or self._compile(key), args
+
+    def program_for(self, *args: Any, **kwargs: Any) -> tuple[Any, str, list[Any]]:
+        """(Program, bytecode function name, bytecode arguments) of this call's version (for the JIT)."""
+        version, args = self._version_for(args, kwargs)
+        return version.program, version.name, version.arguments(args)
+
+    def debug(self, *args: Any, **kwargs: Any) -> Any:
+        """The interpreter's stepping Execution of this call (``step()``, ``run()``, ``registers``)."""
+        version, args = self._version_for(args, kwargs)
+        return version.executable.debug(*version.arguments(args))
+
+    # -- compiling ----------------------------------------------------------------------------------
+    def _kinds(self, key: tuple) -> tuple[dict[str, ParamKind], list[Input]]:
+        kinds: dict[str, ParamKind] = {}
+        inputs: list[Input] = []
+        for index, (name, part) in enumerate(zip(self._names, key)):
+            annotation = self.parsed.annotations.get(name)
+            if annotation is not None and part is None:  # an optional tensor left out: folded as None
+                kinds[name] = StaticParam(None)
+                continue
+            if annotation is not None:
+                kinds[name] = TensorParam(part.name, annotation.spec)
+                inputs.append((index, self._converters[name], True))
+                continue
+            convert = _free_converter(self.__name__, name, part)
+            if part == _MUTABLE:
+                kinds[name] = ScalarParam()
+            elif part == _FLOAT:
+                kinds[name] = TensorParam("float64", ShapeSpec(), weak=True)
+            elif isinstance(part[0], np.dtype):
+                if part[0].name not in DTYPES:
+                    raise TypeError(f"{self.__name__}() argument {name!r} has dtype {part[0].name}; tensors "
+                                    f"must have one of the dtypes {', '.join(DTYPES)}")
+                kinds[name] = TensorParam(part[0].name, ShapeSpec(f"{name}_{i}" for i in range(part[1])))
+            else:
+                kinds[name] = StaticParam(part[1])
+            if convert is not None:
+                inputs.append((index, convert, isinstance(kinds[name], TensorParam)))
+        return kinds, inputs
+
+    def _compile(self, key: tuple) -> Version:
+        with self._lock:
+            version = self._versions.get(key)
+            if version is None:
+                kinds, inputs = self._kinds(key)
+                compiler = FunctionCompiler(self, kinds)
+                module = compiler.compile()
+                returns = compiler.frame.returns_structure or NOTHING
+                version = Version(key, module, inputs, returns, self.options)
+                self._versions[key] = version
+            self._latest = version
+            return version
+
+    # -- inspection ---------------------------------------------------------------------------------
+    @property
+    def bytecode(self) -> Module:
+        """The Module of the most recently compiled version; ``str()`` of it is its disassembly."""
+        if self._latest is None:
+            raise RuntimeError(
+                f"{self.__name__} has not been compiled yet: call it once, or annotate every tensor "
+                "parameter with ms.Tensor[...] (and give other parameters defaults) so that it compiles at "
+                "decoration")
+        return self._latest.module
+
+    @property
+    def versions(self) -> dict[tuple, Module]:
+        """Compiled versions, signature key -> Module.
+
+        One key part per parameter: an annotated tensor's dtype (None: left out); for unannotated ones
+        (dtype, rank) of a tensor, (type, value) of a specialised value, "mutable" or "float".
+        """
+        return {key: v.module for key, v in self._versions.items()}
+
+    def __repr__(self) -> str:
+        return f"<ms.jit function {self.__qualname__} ({len(self._versions)} version(s))>"
+
+
+def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """``@ms.jit`` or ``@ms.jit(cache_mode="bucket", ...)``: compile ``fn`` to MS-BC now, run it on the VM."""
+    opts = _options(options)
+    if fn is None:
+        return lambda f: JitFunction(f, opts)
+    return JitFunction(fn, opts)
+
+
+__all__ = ["CACHE_MODES", "JitFunction", "JitOptions", "Version", "jit"]
