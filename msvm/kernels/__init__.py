@@ -1,0 +1,62 @@
+"""Fast kernel variants for conv2d, matmul and linear; importing this package registers them.
+
+Each variant is one row below: its ``when`` predicate and ``constraints`` say where it applies,
+``flops``/``bytes`` feed the scheduler's cost model, and ``make(attrs)`` returns a kernel with the
+reference kernel's signature and results (tests check every variant against the reference).
+Outside its ``when`` a kernel delegates to the reference, so a variant bound once for a symbolic
+shape stays correct for every concrete shape.
+
+Native code is generated once per process per (variant, dtype, specialisation) with all sizes as
+run-time arguments (``native.compiled_libraries()`` lists what was compiled). Importing this
+package compiles nothing and does not import llvmlite's binding; the first call of a kernel does.
+
+Threading: the direct kernels (nchwc_direct, depthwise) split their work in chunks over
+``threads.POOL`` (the calling thread plus helpers, GIL released); the BLAS variants use the
+BLAS's own threads. On this shared 2-core machine OpenBLAS's threads collapse when another
+process holds a core (see ``threads``) — the capability database should measure under real load.
+"""
+
+from __future__ import annotations
+
+from ..scheduler.variants import Variant, register_variant
+from . import conv_depthwise, conv_gemm, conv_nchwc, conv_winograd, matmul
+from .conv_common import conv_bytes, conv_flops
+
+FLOATS = ("float32", "float64")
+
+VARIANTS = (
+    Variant("conv2d", "nchwc_direct", conv_nchwc.make, dtypes=FLOATS, when=conv_nchwc.applies,
+            constraints="any stride, dilation and padding; each group has >= 8 output channels "
+                        "(blocks of 8 float32 / 4 float64 channels, padded)",
+            kind="native", flops=conv_flops, bytes=conv_bytes),
+    Variant("conv2d", "im2col_gemm", conv_gemm.make_im2col, dtypes=FLOATS, when=conv_gemm.applies_im2col,
+            constraints="any conv2d; needs a BLAS ?gemm", kind="blas", flops=conv_flops, bytes=conv_bytes),
+    Variant("conv2d", "direct_1x1", conv_gemm.make_1x1, dtypes=FLOATS, when=conv_gemm.applies_1x1,
+            constraints="1x1 kernel, no padding, any stride/groups (stride > 1 gathers the input); "
+                        "needs BLAS",
+            kind="blas", flops=conv_flops, bytes=conv_bytes),
+    Variant("conv2d", "winograd_f2x3", conv_winograd.make, dtypes=FLOATS, when=conv_winograd.applies,
+            constraints="3x3 kernel, stride 1, dilation 1, groups 1, any padding; needs BLAS",
+            kind="blas", flops=conv_flops, bytes=conv_bytes),
+    Variant("conv2d", "depthwise", conv_depthwise.make, dtypes=FLOATS, when=conv_depthwise.applies,
+            constraints="groups == C_in == C_out; any kernel size, stride, dilation and padding",
+            kind="native", flops=conv_flops, bytes=conv_bytes),
+    Variant("matmul", "blas", matmul.make_matmul_blas, dtypes=FLOATS, when=matmul.applies_matmul_blas,
+            constraints="same float dtype; numpy matmul semantics (1-D operands, broadcast batch); "
+                        "needs BLAS",
+            kind="blas", flops=matmul.matmul_flops, bytes=matmul.matmul_bytes),
+    Variant("matmul", "small", matmul.make_matmul_small, dtypes=FLOATS, when=matmul.applies_matmul_small,
+            constraints=f"M, N, K <= {matmul.SMALL_MAX_DIM}; any batch", kind="native",
+            flops=matmul.matmul_flops, bytes=matmul.matmul_bytes),
+    Variant("linear", "blas", matmul.make_linear_blas, dtypes=FLOATS, when=matmul.applies_linear_blas,
+            constraints="same float dtype; 2-D weight, bias of <= 1 dim; needs BLAS", kind="blas",
+            flops=matmul.linear_flops, bytes=matmul.linear_bytes),
+    Variant("linear", "small", matmul.make_linear_small, dtypes=FLOATS, when=matmul.applies_linear_small,
+            constraints=f"rows, out and in features <= {matmul.SMALL_MAX_DIM}", kind="native",
+            flops=matmul.linear_flops, bytes=matmul.linear_bytes),
+)
+
+for _variant in VARIANTS:
+    register_variant(_variant)
+
+__all__ = ["VARIANTS"]

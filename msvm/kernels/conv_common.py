@@ -1,0 +1,218 @@
+"""What every conv2d variant shares: geometry from shapes and attributes, the padded-input copy, the fallback.
+
+Attributes follow the op's schema (``msvm.ops.conv``): ``stride``/``dilation`` pairs, ``padding``
+a pair or ``"same"``/``"valid"``, ``groups``; x is [N, C, H, W] or unbatched [C, H, W]. The
+geometry is computed once per distinct (shapes, attrs) and cached, because Python arithmetic is
+a visible part of a 10 µs kernel call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+
+from ..native.irhelpers import (
+    FLOAT_TYPES,
+    I64,
+    VOID,
+    define,
+    for_each_chunk,
+    for_range,
+    gep,
+)
+from ..ops.conv import conv_padding
+from ..ops.registry import Kernel, get_op
+from .native import COUNTER, PTR, counter, float_name, native_function, ptr
+from .native import I64 as C_I64
+from .threads import POOL
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """Every size of one conv2d call (NCHW; padding split into before/after per axis)."""
+
+    n: int
+    c_in: int
+    h: int
+    w: int
+    c_out: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pad_top: int
+    pad_bottom: int
+    pad_left: int
+    pad_right: int
+    groups: int
+    oh: int
+    ow: int
+    batched: bool  # x had a batch dim
+
+    @property
+    def c_group(self) -> int:
+        return self.c_in // self.groups
+
+    @property
+    def oc_group(self) -> int:
+        return self.c_out // self.groups
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.n * self.c_out * self.oh * self.ow * self.c_group * self.kh * self.kw
+
+    @property
+    def elements(self) -> int:
+        """Elements of x, weight and output together (what any variant must at least move)."""
+        weight = self.c_out * self.c_group * self.kh * self.kw
+        return self.n * self.c_in * self.h * self.w + weight + self.n * self.c_out * self.oh * self.ow
+
+    @property
+    def padded(self) -> bool:
+        return bool(self.pad_top or self.pad_bottom or self.pad_left or self.pad_right)
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    if isinstance(value, (tuple, list)):
+        return int(value[0]), int(value[1])
+    return int(value), int(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _geometry(x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: Any, padding: Any, dilation: Any,
+              groups: int) -> ConvGeometry | None:
+    if len(x_shape) not in (3, 4) or len(w_shape) != 4:
+        return None
+    batched = len(x_shape) == 4
+    n, c, h, w = x_shape if batched else (1, *x_shape)
+    oc, cg, kh, kw = w_shape
+    (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
+    pads = conv_padding(padding if isinstance(padding, str) else _pair(padding), (kh, kw), (dh, dw))
+    (pt, pb), (pl, pr) = pads
+    if groups < 1 or c != cg * groups or oc % groups or min(sh, sw, dh, dw) < 1 or min(pt, pb, pl, pr) < 0:
+        return None
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    if oh <= 0 or ow <= 0 or min(n, c, oc, kh, kw) <= 0:
+        return None
+    return ConvGeometry(n, c, h, w, oc, kh, kw, sh, sw, dh, dw, pt, pb, pl, pr, groups, oh, ow, batched)
+
+
+def conv_geometry(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> ConvGeometry | None:
+    """The geometry of conv2d on input ``shapes`` (x, weight[, bias]); None when they are invalid."""
+    return geometry_for(attrs)(tuple(shapes[0]), tuple(shapes[1]))
+
+
+Shape = tuple[int, ...]
+
+
+def geometry_for(attrs: Mapping[str, Any]) -> Callable[[Shape, Shape], ConvGeometry | None]:
+    """``geometry(x_shape, w_shape)`` with ``attrs`` bound once (what a kernel closure calls per call)."""
+    stride, dilation = attrs.get("stride", (1, 1)), attrs.get("dilation", (1, 1))
+    padding = attrs.get("padding", (0, 0))
+    return functools.partial(_geometry, stride=_hashable(stride), padding=_hashable(padding),
+                             dilation=_hashable(dilation), groups=int(attrs.get("groups", 1)))
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def conv_flops(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> float:
+    geo = conv_geometry(shapes, attrs)
+    return geo.flops if geo else 0.0
+
+
+def conv_bytes(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> float:
+    """Bytes every variant must move at least (x, weight and output once, float32)."""
+    geo = conv_geometry(shapes, attrs)
+    return 4.0 * geo.elements if geo else 0.0
+
+
+def native_operands(geo: ConvGeometry | None, x: np.ndarray, weight: np.ndarray,
+                    bias: np.ndarray | None) -> bool:
+    """Whether native code can take these operands: valid geometry, one float dtype, a [C_out] bias."""
+    if geo is None or float_name(x.dtype) is None or weight.dtype != x.dtype:
+        return False
+    return bias is None or (bias.dtype == x.dtype and bias.shape == (geo.c_out,))
+
+
+def reference_conv2d(attrs: Mapping[str, Any]) -> Kernel:
+    """The op's reference kernel bound to ``attrs``: what a variant delegates to outside its ``when``."""
+    kernel = get_op("conv2d").kernel
+    return functools.partial(kernel, **attrs)
+
+
+def output_array(geo: ConvGeometry, dtype: np.dtype) -> np.ndarray:
+    return np.empty((geo.n, geo.c_out, geo.oh, geo.ow), dtype)
+
+
+def finish(geo: ConvGeometry, out: np.ndarray) -> np.ndarray:
+    """Drop the batch dim again for unbatched input."""
+    return out if geo.batched else out[0]
+
+
+# -- the padded copy of the input ----------------------------------------------------------------
+
+_PAD_ARGS = [PTR, PTR, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64, COUNTER, C_I64]
+
+
+def _pad_ir(dtype: str) -> str:
+    """pad(x, xp, planes, H, W, Hp, Wp, top, left, counter, chunk): xp[p] = zero-padded x[p]."""
+    ft = FLOAT_TYPES[dtype]
+    module = ir.Module(f"pad_{dtype}")
+    names = ["planes", "H", "W", "Hp", "Wp", "top", "left"]
+    args = [("x", ft.as_pointer()), ("xp", ft.as_pointer())] + [(n, I64) for n in names]
+    args += [("counter", I64.as_pointer()), ("chunk", I64)]
+    _, b, a = define(module, "pad", VOID, args, noalias=("x", "xp"), no_builtins=True)
+    zero = ir.Constant(ft, 0.0)
+
+    def fill(ptr: ir.Value, count: ir.Value) -> None:
+        with for_range(b, 0, count, name="z") as j:
+            b.store(zero, gep(b, ptr, j))
+
+    with (for_each_chunk(b, a["counter"], a["planes"], a["chunk"]) as (start, stop),
+          for_range(b, start, stop, name="p") as p):
+        dst = gep(b, a["xp"], b.mul(p, b.mul(a["Hp"], a["Wp"])))
+        src = gep(b, a["x"], b.mul(p, b.mul(a["H"], a["W"])))
+        fill(dst, b.mul(a["top"], a["Wp"]))
+        with for_range(b, 0, a["H"], name="r") as r:
+            row = gep(b, dst, b.mul(b.add(r, a["top"]), a["Wp"]))
+            fill(row, a["left"])
+            src_row, dst_row = gep(b, src, b.mul(r, a["W"])), gep(b, row, a["left"])
+            with for_range(b, 0, a["W"], name="c") as j:
+                b.store(b.load(gep(b, src_row, j)), gep(b, dst_row, j))
+            right = b.add(a["left"], a["W"])
+            fill(gep(b, row, right), b.sub(a["Wp"], right))
+        below = b.add(a["top"], a["H"])
+        fill(gep(b, dst, b.mul(below, a["Wp"])), b.mul(b.sub(a["Hp"], below), a["Wp"]))
+    b.ret_void()
+    return str(module)
+
+
+def padded_input(x: np.ndarray, geo: ConvGeometry, *, extra_bottom: int = 0,
+                 extra_right: int = 0) -> np.ndarray:
+    """x (C-contiguous, [N, C, H, W]) copied into a zero border; x itself when there is no padding.
+
+    ``extra_bottom``/``extra_right`` add zero rows/columns beyond the conv's own padding (for
+    kernels that read whole tiles past the last output).
+    """
+    bottom, right = geo.pad_bottom + extra_bottom, geo.pad_right + extra_right
+    if not (geo.pad_top or geo.pad_left or bottom or right):
+        return x
+    hp, wp = geo.h + geo.pad_top + bottom, geo.w + geo.pad_left + right
+    xp = np.empty((geo.n, geo.c_in, hp, wp), x.dtype)
+    planes = geo.n * geo.c_in
+    name = float_name(x.dtype)
+    fn = native_function(("pad", name), lambda: _pad_ir(name), "pad", _PAD_ARGS)
+    chunk = max(1, min(16, planes // 64))
+    POOL.run(fn, (ptr(x), ptr(xp), planes, geo.h, geo.w, hp, wp, geo.pad_top, geo.pad_left, counter(), chunk),
+             flops=xp.size * 2.0)
+    return xp

@@ -1,0 +1,353 @@
+"""GEMM entry points found at run time: where they are, their ABI, a safe wrapper, and how fast they are.
+
+Sources, in order: numpy's bundled OpenBLAS (``numpy.libs``/``scipy_openblas64``: 64-bit integer
+symbols such as ``scipy_cblas_sgemm64_`` and ``scipy_sgemm_64_``), scipy's bundled OpenBLAS
+(found on disk without importing scipy; 32-bit integers), scipy's
+``scipy.linalg.cython_blas.__pyx_capi__`` capsules (Fortran ABI, 32-bit integers — only when
+``scipy.linalg`` is already imported, since importing it costs ~0.5 s), and system BLAS libraries
+found by ``ctypes.util.find_library``. Any of them may be missing; ``best_sgemm()`` then returns
+None and callers fall back to numpy.
+
+Each ``GemmEntry`` knows its ABI (``cblas`` row-major or ``fortran`` column-major, and the width
+of its integers), its function address (for generated code to call) and offers ``gemm`` on
+C-contiguous arrays. ``rate_gflops`` measures it once per process on a few representative
+sizes; ``best_sgemm``/``best_dgemm`` pick the fastest by measurement.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import glob
+import importlib.util
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
+# (M, N, K) measured by rate_gflops: a conv-shaped GEMM (small M and K) and an MLP-shaped one —
+# the sizes the kernel variants hand to BLAS, small enough to measure in milliseconds.
+RATE_SHAPES = ((64, 1024, 144), (128, 256, 256))
+SWITCH_MARGIN = 1.25  # how much faster another library must be to be used instead of numpy's
+
+
+@dataclass(frozen=True)
+class GemmEntry:
+    """One ``?gemm`` function in one loaded library."""
+
+    name: str  # "<source>:<symbol>", unique
+    source: str  # "numpy", "scipy", "scipy-capsule" or "system"
+    path: str  # the shared library ("" for a capsule)
+    symbol: str
+    dtype: str  # "float32" or "float64"
+    abi: str  # "cblas" (row-major, enum args by value) or "fortran" (column-major, args by reference)
+    int_bits: int  # 32 or 64: the width of M, N, K, lda… in this ABI
+    address: int
+    _fn: Any = field(repr=False, compare=False, default=None)
+
+    def gemm(self, a: np.ndarray, b: np.ndarray, out: np.ndarray, *, trans_a: bool = False,
+             trans_b: bool = False, alpha: float = 1.0, beta: float = 0.0) -> np.ndarray:
+        """``out = alpha · op(a) @ op(b) + beta · out`` on C-contiguous 2-D arrays of this dtype.
+
+        ``op(a)`` is ``a.T`` when ``trans_a`` (``a`` is then stored as [K, M]). Checks shapes,
+        dtypes and layout, so a wrong call raises instead of corrupting memory.
+        """
+        for arr, what in ((a, "a"), (b, "b"), (out, "out")):
+            if not isinstance(arr, np.ndarray) or arr.ndim != 2 or arr.dtype != np.dtype(self.dtype):
+                raise TypeError(f"gemm: {what} must be a 2-D {self.dtype} array")
+            if not arr.flags.c_contiguous:
+                raise ValueError(f"gemm: {what} must be C-contiguous")
+        m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
+        k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+        if k != k2 or out.shape != (m, n):
+            raise ValueError(f"gemm: shapes {a.shape}{'ᵀ' if trans_a else ''} @ {b.shape}"
+                             f"{'ᵀ' if trans_b else ''} -> {out.shape} do not match")
+        if not out.flags.writeable:
+            raise ValueError("gemm: out is read-only")
+        if m == 0 or n == 0:
+            return out
+        if k == 0:
+            if beta == 0:
+                out.fill(0)
+            else:
+                out *= beta
+            return out
+        limit = 2**31 - 1 if self.int_bits == 32 else 2**63 - 1
+        if max(a.shape + b.shape + out.shape) > limit:
+            raise ValueError("gemm: a dimension exceeds this ABI's integer width")
+        self.gemm_raw(trans_a, trans_b, m, n, k, alpha, a.ctypes.data, a.shape[1], b.ctypes.data, b.shape[1],
+                      beta, out.ctypes.data, n)
+        return out
+
+    def gemm_raw(self, trans_a: bool, trans_b: bool, m: int, n: int, k: int, alpha: float, a: int, lda: int,
+                 b: int, ldb: int, beta: float, c: int, ldc: int) -> None:
+        """Unchecked row-major ``C = alpha·op(A)·op(B) + beta·C`` on raw addresses and leading dims.
+
+        For kernels that have validated their operands (strided views, transposes); a wrong
+        size here corrupts memory — use ``gemm`` otherwise.
+        """
+        if self.abi == "cblas":
+            self._fn(CBLAS_ROW_MAJOR, CBLAS_TRANS if trans_a else CBLAS_NO_TRANS,
+                     CBLAS_TRANS if trans_b else CBLAS_NO_TRANS, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+            return
+        # Column-major: C^T = op(B)^T op(A)^T, every argument by reference.
+        it = ctypes.c_int32 if self.int_bits == 32 else ctypes.c_int64
+        ft = ctypes.c_float if self.dtype == "float32" else ctypes.c_double
+        ref = ctypes.byref
+        self._fn(ref(ctypes.c_char(b"T" if trans_b else b"N")), ref(ctypes.c_char(b"T" if trans_a else b"N")),
+                 ref(it(n)), ref(it(m)), ref(it(k)), ref(ft(alpha)), b, ref(it(ldb)), a, ref(it(lda)),
+                 ref(ft(beta)), c, ref(it(ldc)))
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able facts about this entry (for the capability database)."""
+        return {"name": self.name, "source": self.source, "path": self.path, "symbol": self.symbol,
+                "dtype": self.dtype, "abi": self.abi, "int_bits": self.int_bits}
+
+
+def _prototype(abi: str, dtype: str, int_bits: int) -> Any:
+    it = ctypes.c_int32 if int_bits == 32 else ctypes.c_int64
+    ft = ctypes.c_float if dtype == "float32" else ctypes.c_double
+    p = ctypes.c_void_p
+    if abi == "cblas":
+        e = ctypes.c_int  # CBLAS enums are C ints whatever the integer width
+        return ctypes.CFUNCTYPE(None, e, e, e, it, it, it, ft, p, it, p, it, ft, p, it)
+    return ctypes.CFUNCTYPE(None, *([p] * 13))
+
+
+def _entry(source: str, path: str, symbol: str, dtype: str, abi: str, int_bits: int,
+           address: int) -> GemmEntry:
+    fn = _prototype(abi, dtype, int_bits)(address)
+    return GemmEntry(f"{source}:{symbol}", source, path, symbol, dtype, abi, int_bits, address, fn)
+
+
+def _symbols_in(source: str, path: str, lib: ctypes.CDLL, default_int_bits: int) -> list[GemmEntry]:
+    """The ?gemm entries a loaded library exports under OpenBLAS's plain or scipy-prefixed names."""
+    found = []
+    for dtype, ch in (("float32", "s"), ("float64", "d")):
+        candidates = (
+            (f"scipy_cblas_{ch}gemm64_", "cblas", 64), (f"scipy_{ch}gemm_64_", "fortran", 64),
+            (f"scipy_cblas_{ch}gemm", "cblas", 32), (f"scipy_{ch}gemm_", "fortran", 32),
+            (f"cblas_{ch}gemm64_", "cblas", 64), (f"{ch}gemm_64_", "fortran", 64),
+            (f"cblas_{ch}gemm", "cblas", default_int_bits), (f"{ch}gemm_", "fortran", default_int_bits),
+        )
+        for symbol, abi, bits in candidates:
+            try:
+                address = ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value
+            except AttributeError:
+                continue
+            if address:
+                found.append(_entry(source, path, symbol, dtype, abi, bits, address))
+    return found
+
+
+def _int_bits_of(lib: ctypes.CDLL) -> int:
+    """64 when an OpenBLAS says it was built with 64-bit integers (ILP64), else 32."""
+    for name in ("openblas_get_config", "openblas_get_config64_", "scipy_openblas_get_config64_",
+                 "scipy_openblas_get_config"):
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = ctypes.c_char_p
+            return 64 if b"USE64BITINT" in (fn() or b"") else 32
+    return 32
+
+
+def _package_libraries(package: str, patterns: Iterable[str]) -> list[str]:
+    """Shared libraries bundled with an installed package, located without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    root = os.path.dirname(next(iter(spec.submodule_search_locations)))
+    paths: list[str] = []
+    for pattern in patterns:
+        paths += sorted(glob.glob(os.path.join(root, pattern)))
+    return paths
+
+
+def _load(path: str) -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(path)
+    except OSError:
+        return None
+
+
+def _scipy_capsule_entries() -> list[GemmEntry]:
+    """scipy.linalg.cython_blas's sgemm/dgemm (Fortran ABI, 32-bit ints), if scipy.linalg is loaded."""
+    module = sys.modules.get("scipy.linalg.cython_blas")
+    if module is None:
+        return []
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    found = []
+    for dtype, symbol in (("float32", "sgemm"), ("float64", "dgemm")):
+        capsule = module.__pyx_capi__.get(symbol)
+        if capsule is not None:
+            address = get_pointer(capsule, get_name(capsule))
+            found.append(_entry("scipy-capsule", "", symbol, dtype, "fortran", 32, address))
+    return found
+
+
+_DISCOVER_LOCK = threading.Lock()
+
+
+@functools.cache
+def _discover_libraries() -> tuple[tuple[str, str, int], ...]:
+    """(source, path, int bits) of every BLAS library found on disk."""
+    found = []
+    numpy_libs = _package_libraries("numpy", ["numpy.libs/*openblas*.so*", "numpy/.dylibs/*openblas*"])
+    numpy_libs += _package_libraries("scipy_openblas64", ["scipy_openblas64/lib/*openblas*.so*"])
+    for path in numpy_libs:
+        found.append(("numpy", path))
+    for path in _package_libraries("scipy", ["scipy.libs/*openblas*.so*"]):
+        found.append(("scipy", path))
+    for name in ("openblas", "blas", "cblas", "blis", "mkl_rt"):
+        path = ctypes.util.find_library(name)
+        if path:
+            found.append(("system", path))
+    result, seen = [], set()
+    for source, path in found:
+        real = os.path.realpath(path) if os.path.exists(path) else path
+        if real in seen:
+            continue
+        seen.add(real)
+        lib = _load(path)
+        if lib is not None:
+            result.append((source, path, _int_bits_of(lib)))
+    return tuple(result)
+
+
+_entries: list[GemmEntry] | None = None
+_capsules_seen = False
+
+
+def discover() -> list[GemmEntry]:
+    """Every ?gemm entry point available in this process (cached; re-checks scipy's capsules)."""
+    global _entries, _capsules_seen
+    if _entries is not None and (_capsules_seen or "scipy.linalg.cython_blas" not in sys.modules):
+        return list(_entries)
+    with _DISCOVER_LOCK:
+        if _entries is None:
+            entries = []
+            for source, path, bits in _discover_libraries():
+                lib = _load(path)
+                if lib is not None:
+                    entries += _symbols_in(source, path, lib, bits)
+            _entries = entries
+        if not _capsules_seen and "scipy.linalg.cython_blas" in sys.modules:
+            _entries = _entries + _scipy_capsule_entries()
+            _capsules_seen = True
+        return list(_entries)
+
+
+def libraries() -> list[dict[str, Any]]:
+    """The BLAS libraries found, with their threading as threadpoolctl reports it."""
+    found = _discover_libraries()  # loads them, so that threadpoolctl sees them
+    try:
+        from threadpoolctl import threadpool_info
+
+        pools = {os.path.realpath(p["filepath"]): p for p in threadpool_info() if p.get("user_api") == "blas"}
+    except Exception:  # threadpoolctl missing or failing: report without threading facts
+        pools = {}
+    out = []
+    for source, path, bits in found:
+        pool = pools.get(os.path.realpath(path), {})
+        out.append({"source": source, "path": path, "int_bits": bits,
+                     "num_threads": pool.get("num_threads"), "threading_layer": pool.get("threading_layer"),
+                     "internal_api": pool.get("internal_api"), "architecture": pool.get("architecture"),
+                     "version": pool.get("version")})
+    return out
+
+
+_rates: dict[tuple[str, str], float] = {}
+_RATE_LOCK = threading.Lock()
+
+
+def rate_gflops(entry: GemmEntry, *, budget_s: float = 0.05) -> float:
+    """Measured GFLOP/s of ``entry``'s library for its dtype over ``RATE_SHAPES`` (cached per process).
+
+    Entry points of one library (its CBLAS and Fortran symbols) run the same code, so they share
+    one measurement. Each shape gets a warm-up call and then up to 3 timed calls (the best
+    counts) until it has spent its share of ``budget_s``: a loaded machine makes the number
+    lower, not the measurement longer.
+    """
+    key = (entry.path or entry.source, entry.dtype)
+    with _RATE_LOCK:
+        cached = _rates.get(key)
+        if cached is not None:
+            return cached
+        rng = np.random.default_rng(0)
+        flops = seconds = 0.0
+        share = budget_s / len(RATE_SHAPES)
+        for m, n, k in RATE_SHAPES:
+            a = rng.standard_normal((m, k)).astype(entry.dtype)
+            b = rng.standard_normal((k, n)).astype(entry.dtype)
+            out = np.zeros((m, n), entry.dtype)
+            t_start = time.perf_counter()
+            entry.gemm(a, b, out)  # warm up (threads, caches)
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                entry.gemm(a, b, out)
+                t1 = time.perf_counter()
+                best = min(best, t1 - t0)
+                if t1 - t_start > share:
+                    break
+            flops += 2.0 * m * n * k
+            seconds += best
+        rate = flops / seconds / 1e9
+        _rates[key] = rate
+        return rate
+
+
+def best_gemm(dtype: str) -> GemmEntry | None:
+    """The entry to use for ``dtype``, by measurement (once per process); None if none was found.
+
+    numpy's own OpenBLAS is preferred unless another library is more than ``SWITCH_MARGIN``
+    faster: a second OpenBLAS brings a second thread pool whose busy-waiting threads fight
+    numpy's for the same cores. Within the chosen library the CBLAS entry is used.
+    """
+    entries = discover()
+    cached = _best.get(dtype)
+    if cached is not None and cached[0] == len(entries):
+        return cached[1]
+    candidates = [e for e in entries if e.dtype == dtype]
+    pick = None
+    if candidates:
+        rated = [(rate_gflops(e), e) for e in candidates]
+        home = [(rate, e) for rate, e in rated if e.source == "numpy"]
+        top = max(rate for rate, _ in rated)
+        if home and home[0][0] * SWITCH_MARGIN >= top:
+            rated = home
+        library = max(rated, key=lambda pair: pair[0])[1].path
+        same = [e for _, e in rated if e.path == library]
+        pick = next((e for e in same if e.abi == "cblas"), same[0])
+    _best[dtype] = (len(entries), pick)
+    return pick
+
+
+_best: dict[str, tuple[int, GemmEntry | None]] = {}
+
+
+def best_sgemm() -> GemmEntry | None:
+    return best_gemm("float32")
+
+
+def best_dgemm() -> GemmEntry | None:
+    return best_gemm("float64")
+
+
+def report() -> dict[str, Any]:
+    """JSON-able summary: libraries with threading, every entry with its measured rate, the picks."""
+    entries = discover()
+    best = {dtype: getattr(best_gemm(dtype), "name", "none found") for dtype in ("float32", "float64")}
+    return {"libraries": libraries(),
+            "entries": [{**e.describe(), "gflops": round(rate_gflops(e), 1)} for e in entries],
+            "best": best}

@@ -1,0 +1,229 @@
+"""The host's LLVM: one-time initialisation, the host target machine, and compiling IR to machine code.
+
+llvmlite is imported on first use only (``import msvm`` must stay cheap). Every entry point
+initialises LLVM once, under a lock, and then serialises its work on ``LLVM_LOCK``: llvmlite
+parses into LLVM's global context, which is not thread-safe, so the JIT's background thread and
+a kernel variant compiling on the execution thread take turns (a compile costs 10–60 ms here).
+For crash isolation (an LLVM abort must not kill the user's kernel) compile in the worker
+process (``msvm.native.worker``) and bring the object code back with ``load_object``.
+
+Code is optimised with the new pass manager at O3, loop and SLP vectorisation on, for the host
+CPU and its features (``target_identity()`` names them; it belongs in every cache key of
+compiled code).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# Fast-math flags for IR builders (``builder.fmul(a, b, flags=...)``). ``FAST_MATH`` lets LLVM
+# reassociate, contract to FMA and assume no NaN/inf; ``FINITE_SAFE_MATH`` does all of that but
+# keeps NaN/inf semantics — what code that must propagate NaN or handle ±inf (mathlib) uses.
+FAST_MATH: tuple[str, ...] = ("fast",)
+FINITE_SAFE_MATH: tuple[str, ...] = ("contract", "reassoc", "nsz", "arcp", "afn")
+
+LLVM_LOCK = threading.RLock()
+_INIT_LOCK = threading.Lock()
+_host: _Host | None = None
+
+
+@dataclass(frozen=True)
+class _Host:
+    llvm: Any  # llvmlite.binding
+    triple: str
+    cpu: str
+    features: str
+
+    def target_machine(self, opt: int = 3) -> Any:
+        target = self.llvm.Target.from_triple(self.triple)
+        return target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
+                                            reloc="default", codemodel="jitdefault", jit=True)
+
+
+def _init() -> _Host:
+    """Initialise llvmlite's native target once (thread-safe) and describe the host."""
+    global _host
+    if _host is None:
+        with _INIT_LOCK:
+            if _host is None:
+                import llvmlite.binding as llvm
+
+                llvm.initialize_native_target()
+                llvm.initialize_native_asmprinter()
+                llvm.initialize_native_asmparser()
+                _host = _Host(llvm, llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                              llvm.get_host_cpu_features().flatten())
+    return _host
+
+
+def binding() -> Any:
+    """``llvmlite.binding``, initialised for the host."""
+    return _init().llvm
+
+
+def target_identity() -> dict[str, str]:
+    """Who generates the code: triple, CPU name, CPU features and LLVM version (for cache keys)."""
+    host = _init()
+    version = ".".join(map(str, host.llvm.llvm_version_info))
+    return {"triple": host.triple, "cpu": host.cpu, "features": host.features, "llvm": version}
+
+
+def target_machine() -> Any:
+    """A fresh host ``TargetMachine`` (O3); an MCJIT engine takes ownership of the one it gets."""
+    return _init().target_machine()
+
+
+@dataclass
+class CompileTimes:
+    """Milliseconds spent in each phase of one compile."""
+
+    parse_ms: float = 0.0
+    optimize_ms: float = 0.0
+    codegen_ms: float = 0.0
+
+    @property
+    def total_ms(self) -> float:
+        return self.parse_ms + self.optimize_ms + self.codegen_ms
+
+    def as_dict(self) -> dict[str, float]:
+        return {"parse_ms": self.parse_ms, "optimize_ms": self.optimize_ms, "codegen_ms": self.codegen_ms}
+
+
+@dataclass
+class ObjectBuild:
+    """The products of compiling IR to an object file (what the compile worker sends back)."""
+
+    object_code: bytes
+    optimized_ir: str
+    asm: str
+    times: CompileTimes = field(default_factory=CompileTimes)
+
+
+class NativeLibrary:
+    """Machine code loaded into this process; symbols stay callable while this object is alive.
+
+    Immutable once built. ``llvm_ir``/``optimized_ir`` are empty for code loaded from an object
+    file compiled elsewhere, unless the caller passed them along.
+    """
+
+    def __init__(self, name: str, engine: Any, *, llvm_ir: str, optimized_ir: str, asm: str | None,
+                 times: CompileTimes, module: Any = None) -> None:
+        self.name = name
+        self.llvm_ir = llvm_ir
+        self.optimized_ir = optimized_ir
+        self.times = times
+        self._engine = engine
+        self._module = module
+        self._asm = asm
+        self._addresses: dict[str, int] = {}
+
+    def address(self, symbol: str) -> int:
+        """The entry address of ``symbol``; KeyError when the library does not define it."""
+        addr = self._addresses.get(symbol)
+        if addr is None:
+            with LLVM_LOCK:
+                addr = self._engine.get_function_address(symbol)
+            if not addr:
+                raise KeyError(f"{self.name}: no symbol {symbol!r}")
+            self._addresses[symbol] = addr
+        return addr
+
+    def ctypes_function(self, symbol: str, restype: Any, argtypes: Sequence[Any]) -> Any:
+        """``symbol`` as a ctypes function (it releases the GIL while native code runs)."""
+        fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address(symbol))
+        fn._msvm_library = self  # the function keeps the code alive
+        return fn
+
+    @property
+    def asm(self) -> str:
+        """The assembly text (generated on first access for in-process compiles)."""
+        if self._asm is None:
+            with LLVM_LOCK:
+                self._asm = target_machine().emit_assembly(self._module)
+        return self._asm
+
+    def __repr__(self) -> str:
+        return f"<NativeLibrary {self.name} {self.times.total_ms:.1f} ms>"
+
+
+def _parse_and_optimize(ir: str, name: str, times: CompileTimes, opt_level: int) -> Any:
+    host = _init()
+    llvm = host.llvm
+    t0 = time.perf_counter()
+    module = llvm.parse_assembly(ir)
+    module.name = name
+    module.verify()
+    t1 = time.perf_counter()
+    tm = host.target_machine()
+    module.triple = host.triple
+    module.data_layout = str(tm.target_data)
+    pto = llvm.PipelineTuningOptions(speed_level=opt_level)
+    pto.loop_vectorization = opt_level >= 2
+    pto.slp_vectorization = opt_level >= 2
+    pto.loop_unrolling = opt_level >= 2
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(module, pb)
+    t2 = time.perf_counter()
+    times.parse_ms = (t1 - t0) * 1e3
+    times.optimize_ms = (t2 - t1) * 1e3
+    return module
+
+
+def compile_ir(ir: str, name: str = "module", *, opt_level: int = 3) -> NativeLibrary:
+    """Parse, verify, optimise (O``opt_level``) and JIT-compile ``ir`` into this process.
+
+    Raises ``RuntimeError`` with LLVM's message on invalid IR.
+    """
+    times = CompileTimes()
+    with LLVM_LOCK:
+        module = _parse_and_optimize(ir, name, times, opt_level)
+        optimized = str(module)
+        t0 = time.perf_counter()
+        engine = binding().create_mcjit_compiler(module, target_machine())
+        engine.finalize_object()
+        times.codegen_ms = (time.perf_counter() - t0) * 1e3
+    return NativeLibrary(name, engine, llvm_ir=ir, optimized_ir=optimized, asm=None, times=times,
+                         module=module)
+
+
+def build_object(ir: str, name: str = "module", *, opt_level: int = 3, with_asm: bool = True) -> ObjectBuild:
+    """Compile ``ir`` to a relocatable object file for the host (plus optimised IR and assembly)."""
+    times = CompileTimes()
+    with LLVM_LOCK:
+        module = _parse_and_optimize(ir, name, times, opt_level)
+        t0 = time.perf_counter()
+        tm = target_machine()
+        obj = tm.emit_object(module)
+        asm = tm.emit_assembly(module) if with_asm else ""
+        times.codegen_ms = (time.perf_counter() - t0) * 1e3
+        return ObjectBuild(bytes(obj), str(module), asm, times)
+
+
+def emit_object(ir: str, name: str = "module") -> bytes:
+    """Object code for ``ir`` (optimised at O3 for the host), to load with ``load_object``."""
+    return build_object(ir, name, with_asm=False).object_code
+
+
+def load_object(obj: bytes, name: str = "object", *, llvm_ir: str = "", optimized_ir: str = "",
+                asm: str = "", times: CompileTimes | None = None) -> NativeLibrary:
+    """Load object code compiled elsewhere (the compile worker); symbols are resolved by name.
+
+    The object must have been built for this host (compare ``target_identity()``).
+    """
+    llvm = binding()
+    with LLVM_LOCK:
+        t0 = time.perf_counter()
+        holder = llvm.parse_assembly("")
+        holder.triple = _init().triple
+        engine = llvm.create_mcjit_compiler(holder, target_machine())
+        engine.add_object_file(llvm.ObjectFileRef.from_data(bytes(obj)))
+        engine.finalize_object()
+        load_ms = (time.perf_counter() - t0) * 1e3
+    if times is None:
+        times = CompileTimes(codegen_ms=load_ms)
+    return NativeLibrary(name, engine, llvm_ir=llvm_ir, optimized_ir=optimized_ir, asm=asm, times=times)

@@ -1,0 +1,312 @@
+"""The compile worker: LLVM compiles in a separate process, so a crash or hang never takes the user's down.
+
+The worker (``python -m msvm.native.worker``, started with ``subprocess`` — never ``fork``, since
+the parent has threads and LLVM state) reads requests on stdin and answers on stdout. A message is
+a frame: two big-endian u32 lengths (JSON header, raw payload), the UTF-8 JSON header, then the
+payload. Nothing is pickled. A compile request carries the IR text as payload; the answer carries
+the object code, optimised IR and assembly back to back (their lengths in the header), or an
+error text.
+
+``CompileWorker`` is the parent's client: started lazily, thread-safe (one request at a time),
+and self-healing — when the worker dies (``crashed``, with its signal or exit code) or overruns
+its timeout (``timed_out``: it is killed), the result says so and the next request starts a
+fresh worker. Requests can inject faults for tests: ``inject="crash"`` (``os.abort()``),
+``"hang"`` (sleeps forever) or ``"error"`` (raises inside the worker).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, BinaryIO
+
+from .llvm import CompileTimes, NativeLibrary, load_object
+
+_FRAME = struct.Struct(">II")
+PROTOCOL_VERSION = 1
+INJECTIONS = ("crash", "hang", "error")
+
+
+def write_frame(stream: BinaryIO, header: dict[str, Any], payload: bytes = b"") -> None:
+    """Write one message: lengths, JSON header, raw payload."""
+    head = json.dumps(header).encode()
+    stream.write(_FRAME.pack(len(head), len(payload)) + head + payload)
+    stream.flush()
+
+
+def read_frame(stream: BinaryIO) -> tuple[dict[str, Any], bytes] | None:
+    """Read one message; None at a clean end of stream."""
+    prefix = stream.read(_FRAME.size)
+    if not prefix:
+        return None
+    if len(prefix) < _FRAME.size:
+        raise EOFError("truncated frame header")
+    head_len, payload_len = _FRAME.unpack(prefix)
+    head = stream.read(head_len)
+    payload = stream.read(payload_len)
+    if len(head) < head_len or len(payload) < payload_len:
+        raise EOFError("truncated frame")
+    return json.loads(head), payload
+
+
+@dataclass
+class WorkerResult:
+    """The outcome of one request to the worker: products, or why there are none."""
+
+    object_code: bytes = b""
+    optimized_ir: str = ""
+    asm: str = ""
+    times: CompileTimes = field(default_factory=CompileTimes)
+    error: str | None = None
+    crashed: bool = False
+    timed_out: bool = False
+    exit_code: int | None = None  # the worker's exit status when it died
+    signal: str | None = None  # e.g. "SIGABRT" when a signal killed it
+    wall_ms: float = 0.0  # round trip seen by the parent
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def load(self, name: str, *, llvm_ir: str = "") -> NativeLibrary:
+        """The object code loaded into this process (only when ``ok``)."""
+        if not self.ok:
+            raise RuntimeError(f"no object code to load: {self.error}")
+        return load_object(self.object_code, name, llvm_ir=llvm_ir, optimized_ir=self.optimized_ir,
+                           asm=self.asm, times=self.times)
+
+
+class CompileWorker:
+    """Client of one compile worker process; see the module docstring."""
+
+    def __init__(self, *, python: str = sys.executable, start_timeout_s: float = 60.0) -> None:
+        self._python = python
+        self._start_timeout_s = start_timeout_s
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._stderr: IO[bytes] | None = None
+        self._next_id = 0
+        self.starts = 0  # how many worker processes this client has started
+        self.identity: dict[str, str] | None = None  # the worker's target_identity()
+        self._finalizer = weakref.finalize(self, CompileWorker._kill, None)
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def compile(self, ir: str, timeout_s: float = 60.0, *, name: str = "module", opt_level: int = 3,
+                with_asm: bool = True, inject: str | None = None) -> WorkerResult:
+        """Compile ``ir`` to host object code in the worker (waits at most ``timeout_s``)."""
+        if inject is not None and inject not in INJECTIONS:
+            raise ValueError(f"inject must be one of {INJECTIONS}, got {inject!r}")
+        header = {"op": "compile", "name": name, "opt_level": opt_level, "asm": with_asm, "inject": inject}
+        t0 = time.perf_counter()
+        with self._lock:
+            result = self._request(header, ir.encode(), timeout_s)
+        result.wall_ms = (time.perf_counter() - t0) * 1e3
+        return result
+
+    def close(self) -> None:
+        """Stop the worker (it is restarted by the next ``compile``)."""
+        with self._lock:
+            self._stop()
+
+    # -- internals (called with the lock held) --------------------------------------------------
+
+    def _ensure_started(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._stop()
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (lives as long as the process)
+        self._proc = subprocess.Popen([self._python, "-m", "msvm.native.worker"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._stderr, env=env,
+                                      close_fds=True)
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, CompileWorker._kill, self._proc)
+        self.starts += 1
+        reply = self._exchange({"op": "hello"}, b"", self._start_timeout_s)
+        if isinstance(reply, WorkerResult):
+            raise RuntimeError(f"compile worker failed to start: {reply.error}")
+        header, _ = reply
+        if header.get("protocol") != PROTOCOL_VERSION:
+            self._stop()
+            raise RuntimeError(f"compile worker speaks protocol {header.get('protocol')}, "
+                               f"expected {PROTOCOL_VERSION}")
+        self.identity = header["target"]
+
+    def _request(self, header: dict[str, Any], payload: bytes, timeout_s: float) -> WorkerResult:
+        try:
+            self._ensure_started()
+        except (OSError, RuntimeError) as exc:
+            self._stop(graceful=False)
+            return WorkerResult(error=str(exc), crashed=True)
+        reply = self._exchange(header, payload, timeout_s)
+        if isinstance(reply, WorkerResult):
+            return reply
+        head, data = reply
+        times = CompileTimes(**head.get("times", {}))
+        if not head.get("ok"):
+            return WorkerResult(error=head.get("error", "unknown worker error"), times=times)
+        n_obj, n_ir = head["object_len"], head["ir_len"]
+        return WorkerResult(object_code=data[:n_obj], optimized_ir=data[n_obj:n_obj + n_ir].decode(),
+                            asm=data[n_obj + n_ir:].decode(), times=times)
+
+    def _exchange(self, header: dict[str, Any], payload: bytes, timeout_s: float
+                  ) -> tuple[dict[str, Any], bytes] | WorkerResult:
+        """Send one request and read its reply, or describe how the worker failed."""
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        self._next_id += 1
+        header = {**header, "id": self._next_id}
+        deadline = time.monotonic() + timeout_s
+        try:
+            write_frame(proc.stdin, header, payload)
+            prefix = self._read_exact(_FRAME.size, deadline)
+            head_len, payload_len = _FRAME.unpack(prefix)
+            head = json.loads(self._read_exact(head_len, deadline))
+            data = self._read_exact(payload_len, deadline)
+        except TimeoutError:
+            self._stop(graceful=False)
+            return WorkerResult(error=f"compile worker timed out after {timeout_s:g} s (killed)",
+                                timed_out=True)
+        except (BrokenPipeError, EOFError, OSError, ValueError):
+            return self._crash_result()
+        if head.get("id") != header["id"]:
+            self._stop()
+            return WorkerResult(error="compile worker answered out of order (restarted)", crashed=True)
+        return head, data
+
+    def _read_exact(self, n: int, deadline: float) -> bytes:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
+        chunks, got = [], 0
+        while got < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                raise TimeoutError
+            chunk = os.read(fd, n - got)
+            if not chunk:
+                raise EOFError("compile worker closed its output")
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def _crash_result(self) -> WorkerResult:
+        proc = self._proc
+        assert proc is not None
+        try:
+            code = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        stderr = self._stderr_tail()
+        self._stop()
+        sig = None
+        if code is not None and code < 0:
+            try:
+                sig = signal.Signals(-code).name
+            except ValueError:
+                sig = f"signal {-code}"
+        how = f"killed by {sig}" if sig else f"exited with status {code}"
+        detail = f": {stderr}" if stderr else ""
+        return WorkerResult(error=f"compile worker crashed ({how}){detail}", crashed=True, exit_code=code,
+                            signal=sig)
+
+    def _stderr_tail(self, limit: int = 2000) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0, os.SEEK_END)
+        size = self._stderr.tell()
+        self._stderr.seek(max(0, size - limit))
+        return self._stderr.read().decode(errors="replace").strip()
+
+    def _stop(self, *, graceful: bool = True) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            CompileWorker._kill(proc, graceful=graceful)
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen | None, *, graceful: bool = True) -> None:
+        if proc is None:
+            return
+        if not graceful and proc.poll() is None:
+            proc.kill()
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        if proc.poll() is None:
+            try:
+                proc.wait(timeout=0.5)  # closing stdin asks it to exit
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# -- the worker side ----------------------------------------------------------------------------
+
+def _serve(inp: BinaryIO, out: BinaryIO) -> None:
+    """Answer requests until stdin closes."""
+    from . import llvm
+
+    while True:
+        message = read_frame(inp)
+        if message is None:
+            return
+        header, payload = message
+        reply: dict[str, Any] = {"id": header.get("id")}
+        if header.get("op") == "hello":
+            write_frame(out, {**reply, "protocol": PROTOCOL_VERSION, "target": llvm.target_identity()})
+            continue
+        try:
+            inject = header.get("inject")
+            if inject == "crash":
+                os.abort()
+            elif inject == "hang":
+                while True:
+                    time.sleep(3600)
+            elif inject == "error":
+                raise RuntimeError("injected error")
+            build = llvm.build_object(payload.decode(), header.get("name", "module"),
+                                      opt_level=int(header.get("opt_level", 3)),
+                                      with_asm=bool(header.get("asm", True)))
+        except Exception as exc:  # any failure is an answer, not a crash
+            write_frame(out, {**reply, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        ir_bytes, asm_bytes = build.optimized_ir.encode(), build.asm.encode()
+        write_frame(out, {**reply, "ok": True, "object_len": len(build.object_code), "ir_len": len(ir_bytes),
+                          "times": build.times.as_dict()}, build.object_code + ir_bytes + asm_bytes)
+
+
+def main() -> None:
+    """Entry point of ``python -m msvm.native.worker``: the protocol owns the real stdout."""
+    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints cannot corrupt the stream
+    _serve(sys.stdin.buffer, protocol_out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""Host facts for the capability database: plain JSON, plausible values."""
+
+from __future__ import annotations
+
+import json
+
+from msvm.native import host
+
+
+def test_facts_without_measurements_are_json() -> None:
+    facts = json.loads(json.dumps(host.host_facts(measure=False)))
+    assert facts["cpu"]["name"] and facts["cpu"]["vector_bits"] in (128, 256, 512)
+    assert facts["cores"]["logical"] >= 1 and facts["cores"]["usable"] >= 1
+    assert facts["target"]["triple"] == facts["cpu"]["triple"]
+    for cache in facts["caches"]:
+        assert cache["level"] >= 1 and cache["size_bytes"] > 0
+    assert "libraries" in facts["blas"]
+
+
+def test_memory_bandwidth_is_measured_and_cached() -> None:
+    first = host.memory_bandwidth()
+    assert first["copy_gbs"] > 0 and first["triad_gbs"] > 0
+    assert host.memory_bandwidth() is first

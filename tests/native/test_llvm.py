@@ -1,0 +1,70 @@
+"""msvm.native.llvm: compile in process, emit/load object code, assembly, timings, thread safety."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import pytest
+from native_samples import SAXPY, run_saxpy
+
+from msvm.native import llvm
+
+
+def test_import_msvm_does_not_load_llvmlite() -> None:
+    code = "import sys, msvm, msvm.kernels, msvm.native.blas; print('llvmlite.binding' in sys.modules)"
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_compile_ir_runs_and_reports_phases() -> None:
+    lib = llvm.compile_ir(SAXPY, "saxpy_test")
+    run_saxpy(lib)
+    assert lib.llvm_ir == SAXPY
+    assert "define" in lib.optimized_ir and "saxpy" in lib.optimized_ir
+    assert "<8 x float>" in lib.optimized_ir  # the loop vectoriser ran for AVX2
+    assert "saxpy" in lib.asm and "ymm" in lib.asm
+    t = lib.times
+    assert t.parse_ms > 0 and t.optimize_ms > 0 and t.codegen_ms > 0
+    assert t.total_ms == pytest.approx(t.parse_ms + t.optimize_ms + t.codegen_ms)
+    with pytest.raises(KeyError, match="no symbol"):
+        lib.address("missing")
+
+
+def test_invalid_ir_raises_with_llvm_message() -> None:
+    with pytest.raises(RuntimeError, match="error"):
+        llvm.compile_ir("define void @f( {", "bad")
+
+
+def test_emit_object_load_object_round_trip() -> None:
+    obj = llvm.emit_object(SAXPY, "saxpy_obj")
+    assert obj[:4] == b"\x7fELF"
+    lib = llvm.load_object(obj, "loaded")
+    run_saxpy(lib)
+    build = llvm.build_object(SAXPY, "saxpy_obj")
+    assert "saxpy" in build.asm and "define" in build.optimized_ir and build.times.total_ms > 0
+
+
+def test_target_identity_names_the_code_generator() -> None:
+    ident = llvm.target_identity()
+    assert set(ident) == {"triple", "cpu", "features", "llvm"}
+    assert ident["triple"] and ident["cpu"] and "+" in ident["features"]
+
+
+def test_concurrent_compiles_from_threads() -> None:
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            run_saxpy(llvm.compile_ir(SAXPY, "threaded"))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

@@ -1,0 +1,94 @@
+"""The compile worker: compiles out of process, survives crashes and hangs, restarts transparently."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+from native_samples import SAXPY, run_saxpy
+
+from msvm.native.worker import CompileWorker, read_frame, write_frame
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = CompileWorker()
+    yield w
+    w.close()
+
+
+def test_frames_round_trip() -> None:
+    buf = io.BytesIO()
+    write_frame(buf, {"op": "x", "n": 1}, b"\x00payload")
+    write_frame(buf, {"op": "y"})
+    buf.seek(0)
+    assert read_frame(buf) == ({"op": "x", "n": 1}, b"\x00payload")
+    assert read_frame(buf) == ({"op": "y"}, b"")
+    assert read_frame(buf) is None
+
+
+def test_compile_and_load(worker: CompileWorker) -> None:
+    result = worker.compile(SAXPY, 60, name="saxpy")
+    assert result.ok, result.error
+    assert result.object_code[:4] == b"\x7fELF"
+    assert "saxpy" in result.asm and "define" in result.optimized_ir
+    assert result.times.optimize_ms > 0 and result.wall_ms > 0
+    assert worker.identity is not None and worker.identity["cpu"]
+    run_saxpy(result.load("from_worker", llvm_ir=SAXPY))
+
+
+def test_llvm_error_is_a_result_not_a_crash(worker: CompileWorker) -> None:
+    pid = worker.pid
+    result = worker.compile("this is not IR", 60)
+    assert not result.ok and not result.crashed and "parsing" in result.error
+    assert worker.pid == pid
+
+
+def test_injected_error(worker: CompileWorker) -> None:
+    result = worker.compile(SAXPY, 60, inject="error")
+    assert not result.ok and not result.crashed and "injected" in result.error
+
+
+def test_crash_leaves_parent_alive_and_next_compile_works(worker: CompileWorker) -> None:
+    worker.compile(SAXPY, 60)
+    starts, pid = worker.starts, worker.pid
+    result = worker.compile(SAXPY, 60, inject="crash")
+    assert result.crashed and not result.ok
+    assert result.signal == "SIGABRT" and result.exit_code == -6
+    assert "crashed" in result.error
+    assert os.getpid()  # still here
+    again = worker.compile(SAXPY, 60)
+    assert again.ok and worker.starts == starts + 1 and worker.pid != pid
+
+
+def test_hang_is_killed_at_the_timeout_and_next_compile_works(worker: CompileWorker) -> None:
+    worker.compile(SAXPY, 60)
+    starts = worker.starts
+    result = worker.compile(SAXPY, 1.0, inject="hang")
+    assert result.timed_out and not result.ok and "timed out" in result.error
+    assert 900 <= result.wall_ms < 10_000
+    again = worker.compile(SAXPY, 60)
+    assert again.ok and worker.starts == starts + 1
+
+
+def test_bad_injection_name_is_rejected(worker: CompileWorker) -> None:
+    with pytest.raises(ValueError):
+        worker.compile(SAXPY, 1, inject="explode")
+
+
+def test_close_and_lazy_restart() -> None:
+    w = CompileWorker()
+    assert w.pid is None and w.starts == 0  # started lazily
+    assert w.compile(SAXPY, 60).ok
+    w.close()
+    assert w.pid is None
+    assert w.compile(SAXPY, 60).ok and w.starts == 2
+    w.close()
+
+
+def test_a_worker_that_cannot_start_is_a_result() -> None:
+    w = CompileWorker(python="/nonexistent/python")
+    result = w.compile(SAXPY, 5)
+    assert not result.ok and result.crashed
+    w.close()
