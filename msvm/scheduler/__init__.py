@@ -1,5 +1,32 @@
-"""The Op-Scheduler: binds each OP_CALL to a kernel variant for its device, dtypes and shapes."""
+"""The Op-Scheduler: binds each OP_CALL to a kernel variant for its device, dtypes and shapes.
 
-from .dispatch import bind_kernel
+``dispatch`` decides (per call site, per input shapes), ``cost`` estimates, ``autotune`` measures,
+``capability`` holds what the machine and its variants can do, ``patch`` edits that, validated.
+"""
 
-__all__ = ["bind_kernel"]
+from .capability import capability_db, dump_capability_db, reset_capability_db
+from .dispatch import (
+    Binding,
+    Choice,
+    Dispatcher,
+    bind_kernel,
+    bind_site,
+    binding_settings,
+    reset_dispatch_state,
+)
+from .patch import CapabilityPatchError, load_capability_patch
+
+__all__ = [
+    "Binding",
+    "CapabilityPatchError",
+    "Choice",
+    "Dispatcher",
+    "bind_kernel",
+    "bind_site",
+    "binding_settings",
+    "capability_db",
+    "dump_capability_db",
+    "load_capability_patch",
+    "reset_capability_db",
+    "reset_dispatch_state",
+]

@@ -1,19 +1,405 @@
-"""Kernel binding: the one place that decides which kernel an OP_CALL runs."""
+"""Kernel binding: the one place that decides which kernel an OP_CALL runs, per device, dtype and shape.
+
+``bind_site`` is called once per OP_CALL when a function is prepared. It returns the reference
+kernel itself (zero overhead) when nothing can be chosen — the policy is "reference", or the op
+has no variant for the device and dtype — and otherwise a ``Dispatcher``: per call it looks the
+exact input shapes up in a dict (one lookup on the steady path) and, for a new shape, decides:
+
+* candidates are the variants whose dtype matches and whose ``when`` accepts the shapes and
+  attributes, minus those a capability patch forbids; the reference kernel (host only) is always
+  the last candidate;
+* a patch's ``force`` rule wins when its variant applies; one candidate is "only variant";
+* policy "cost" ranks candidates by the cost model, "autotune" by measurement (remembered
+  process-wide).
+
+On a device where nothing can run an op (the reference kernels are host code), the call falls
+back to the reference with one warning per op and device, or raises ``KernelNotFoundError`` when
+``fallback`` is off. Large outputs of kernels that take ``out=`` come from the memory pool.
+Every decision is a ``Choice`` (variant, reason, device); ``Dispatcher.last_choice`` is the one
+the current thread made last, which the traced interpreter reports.
+"""
 
 from __future__ import annotations
 
 import functools
+import inspect
+import threading
+import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any, NamedTuple
 
-from ..ops.registry import OpDef
+import numpy as np
+
+from ..context import CONTEXT
+from ..errors import KernelNotFoundError
+from ..ops.registry import InferContext, OpDef, TensorType
+from ..runtime.mempool import POOL
+from ..shapes import ShapeSpec
+from . import autotune, cost
+from .capability import (
+    DB,
+    REFERENCE,
+    REFERENCE_DEVICE,
+    REFERENCE_KIND,
+    devices_with_variants,
+    load_variants,
+    variant_names,
+)
+from .variants import Variant, variants_for
+
+# Outputs at least this large come from the pool when the kernel takes ``out=``. Below it numpy's
+# own allocator is as fast as the pool's bookkeeping (measured: a 256 KiB add gains ~15 % from a
+# reused buffer, an 8 KiB one loses).
+POOLED_OUTPUT_MIN_BYTES = 128 << 10
+_MAX_SHAPES_PER_SITE = 1024  # decisions remembered per call site
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The kernel picked for one shape class at one call site, and why."""
+
+    variant: str
+    reason: str
+    device: str
+    kind: str
+    run: Callable[..., Any] = field(repr=False, compare=False)
+
+
+class Binding(NamedTuple):
+    """What ``bind_site`` gives the interpreter: the callable and a description of the binding."""
+
+    kernel: Callable[..., Any]
+    variant: str  # the variant name, or "dispatch" when it is chosen per call
+    reason: str
+    dispatcher: Dispatcher | None = None
+
+
+def binding_settings() -> tuple:
+    """The context settings a binding depends on (a prepared function is re-bound when they change)."""
+    return (CONTEXT.kernel_policy, CONTEXT.device, CONTEXT.fallback, CONTEXT.enable_mem_reuse)
 
 
 def bind_kernel(
-    op: OpDef, static_attrs: Mapping[str, Any], in_types: Sequence, out_types: Sequence, device: str = "cpu"
+    op: OpDef,
+    static_attrs: Mapping[str, Any],
+    in_types: Sequence,
+    out_types: Sequence,
+    device: str | None = None,
 ) -> tuple[Callable, str]:
     """(kernel callable taking the input arrays and any register-valued attrs, variant name)."""
-    kernel = op.kernel
-    if static_attrs:
-        kernel = functools.partial(kernel, **static_attrs)
-    return kernel, "reference"
+    binding = bind_site(op, static_attrs, in_types, out_types, device=device)
+    return binding.kernel, binding.variant
+
+
+def bind_site(
+    op: OpDef,
+    static_attrs: Mapping[str, Any],
+    in_types: Sequence,
+    out_types: Sequence,
+    *,
+    device: str | None = None,
+    address: int | None = None,
+) -> Binding:
+    """Bind one OP_CALL site (see the module docstring for the rules)."""
+    load_variants()
+    device = device or CONTEXT.device
+    dtypes = {t.dtype for t in in_types if isinstance(t, TensorType)}
+    dtype = next(iter(dtypes)) if len(dtypes) == 1 else ",".join(sorted(dtypes))
+    variants = [] if CONTEXT.kernel_policy == "reference" else [
+        v for v in variants_for(op.name, device) if dtypes <= set(v.dtypes)
+    ]
+    reference = _reference(op, static_attrs)
+    if not variants and device != REFERENCE_DEVICE:
+        kernel = fallback_kernel(op, device, dtype, address, reference)
+        return Binding(kernel, REFERENCE, _fallback_reason(device))
+    pooled = _pool_outputs(op, out_types, bool(variants))
+    if not variants and not pooled:
+        reason = "reference policy" if CONTEXT.kernel_policy == "reference" else (
+            f"only variant (no kernel variants of {op.name} for {dtype} on {device})")
+        return Binding(reference, REFERENCE, reason)
+    site = Dispatcher(op, static_attrs, dtype, device, variants, reference, address, pooled)
+    return Binding(site.call, "dispatch" if variants else REFERENCE, "chosen per input shapes", site)
+
+
+def _reference(op: OpDef, static_attrs: Mapping[str, Any]) -> Callable[..., Any]:
+    return functools.partial(op.kernel, **static_attrs) if static_attrs else op.kernel
+
+
+def _fallback_reason(device: str) -> str:
+    return f"fallback: no kernel on {device}, reference kernel on the host"
+
+
+# -- devices without kernels -----------------------------------------------------------------------
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def fallback_kernel(op: OpDef, device: str, dtype: str, address: int | None,
+                    reference: Callable[..., Any]) -> Callable[..., Any]:
+    """The reference kernel, after warning once per op and device; raises when fallback is off."""
+    if not CONTEXT.fallback:
+        raise kernel_not_found(op.name, device, dtype, address)
+    if (op.name, device) not in _WARNED:
+        _WARNED.add((op.name, device))
+        warnings.warn(
+            f"no kernel for op {op.name} ({dtype}) on device {device}; running the reference kernel on the "
+            f"host ({REFERENCE_DEVICE}) instead", RuntimeWarning, stacklevel=3)
+    return reference
+
+
+def kernel_not_found(op: str, device: str, dtype: str, address: int | None,
+                     why: str = "") -> KernelNotFoundError:
+    """The error for an op nothing can run on ``device``; its hint lists the devices that can."""
+    have = [d for d in devices_with_variants() if variant_names(op, d)]
+    listing = ", ".join(f"{d} ({', '.join(variant_names(op, d))})" for d in have)
+    return KernelNotFoundError(
+        f"Kernel not found for op {op} on device {device} (dtype {dtype}){why}",
+        code="E-KERNEL-NOT-FOUND",
+        address=address,
+        opcode=f"OP_CALL {op}",
+        hint=f"devices with kernels for {op}: {listing}; use ms.set_context(device=...) for one of them, or "
+        "ms.set_context(fallback=True) to run the reference kernel on the host",
+    )
+
+
+def reset_dispatch_state() -> None:
+    """Forget fallback warnings, autotuning winners and every call site's decisions (tests)."""
+    _WARNED.clear()
+    autotune.forget_winners()
+    _forget_decisions()
+
+
+# -- pooled outputs --------------------------------------------------------------------------------
+
+
+def _exact_ufunc(op: OpDef) -> np.ufunc | None:
+    """The numpy ufunc that *is* the op's reference (so it can write into a given ``out=``), if any."""
+    ufunc = op.extra.get("numpy")
+    exact = isinstance(ufunc, np.ufunc) and not op.attrs and ufunc.nout == 1 and ufunc.nin == len(op.inputs)
+    return ufunc if exact else None
+
+
+def _pool_outputs(op: OpDef, out_types: Sequence, has_variants: bool) -> bool:
+    """Whether a site's single output may come from the pool: reuse is on, some kernel there can take
+    ``out=``, and the statically known part of the output's size already reaches the threshold."""
+    if not CONTEXT.enable_mem_reuse or len(out_types) != 1 or not isinstance(out_types[0], TensorType):
+        return False
+    if not has_variants and _exact_ufunc(op) is None:
+        return False
+    out = out_types[0]
+    known = prod(d.value for d in out.shape if d.is_const)
+    return known * np.dtype(out.dtype).itemsize >= POOLED_OUTPUT_MIN_BYTES
+
+
+def _takes_out(kernel: Callable[..., Any]) -> bool:
+    try:
+        return "out" in inspect.signature(kernel).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _with_pooled_out(kernel: Callable[..., Any], shape: tuple[int, ...],
+                     dtype: np.dtype) -> Callable[..., Any]:
+    empty = POOL.empty
+
+    def run(*arrays: Any, **dyn: Any) -> Any:
+        return kernel(*arrays, out=empty(shape, dtype), **dyn)
+
+    return run
+
+
+# -- the dispatcher --------------------------------------------------------------------------------
+
+_SITES: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
+
+
+def _forget_decisions() -> None:
+    for site in list(_SITES):
+        site.forget()
+
+
+DB.on_change(_forget_decisions)
+
+
+class Dispatcher:
+    """One OP_CALL site with a choice to make: ``site(*arrays, **dynamic_attrs)`` runs the chosen kernel."""
+
+    def __init__(self, op: OpDef, static_attrs: Mapping[str, Any], dtype: str, device: str,
+                 variants: Sequence[Variant], reference: Callable[..., Any], address: int | None,
+                 pooled: bool) -> None:
+        self.op = op
+        self.static = dict(static_attrs)
+        self.dtype = dtype
+        self.device = device
+        self.variants = list(variants)
+        self.reference = reference
+        self.address = address
+        self.pooled = pooled  # large outputs of kernels taking ``out=`` come from the pool
+        self.decisions: dict[Any, Choice] = {}
+        self._kernels: dict[str, Callable[..., Any]] = {}
+        self._tls = threading.local()
+        self._lock = threading.Lock()
+        self.call = self._entry()
+        _SITES.add(self)
+
+    def __call__(self, *arrays: Any, **dyn: Any) -> Any:
+        return self.call(*arrays, **dyn)
+
+    def _entry(self) -> Callable[..., Any]:
+        """The callable the interpreter binds (``self.call``): one dict lookup per call once decided.
+
+        A closure over locals rather than a method: attribute lookups on the hot path cost as much
+        as everything else it does.
+        """
+        decisions, decide, tls = self.decisions, self.decide, self._tls
+
+        def dispatch(*arrays: Any, **dyn: Any) -> Any:
+            key = tuple([a.shape for a in arrays])
+            if dyn:
+                key = (key, tuple(dyn.items()))
+            choice = decisions.get(key) or decide(key, arrays, dyn)
+            tls.last = choice
+            return choice.run(*arrays, **dyn)
+
+        return dispatch
+
+    @property
+    def last_choice(self) -> Choice | None:
+        """The choice this thread's last call through this site used."""
+        return getattr(self._tls, "last", None)
+
+    def forget(self) -> None:
+        self.decisions.clear()
+
+    # -- deciding ----------------------------------------------------------------------------------
+    def decide(self, key: Any, arrays: Sequence[np.ndarray], dyn: Mapping[str, Any]) -> Choice:
+        """Pick the kernel for one new shape class and remember it."""
+        shapes = tuple(tuple(a.shape) for a in arrays)
+        attrs = {**self.static, **dyn}
+        variant, reason = self._pick(shapes, attrs, arrays, dyn)
+        choice = self._choice(variant, reason, arrays, attrs)
+        if len(self.decisions) >= _MAX_SHAPES_PER_SITE:
+            self.decisions.clear()
+        self.decisions[key] = choice
+        return choice
+
+    def _pick(self, shapes: tuple, attrs: dict[str, Any], arrays: Sequence[np.ndarray],
+              dyn: Mapping[str, Any]) -> tuple[Variant | None, str]:
+        rules = DB.rules(self.device, self.op.name)
+        applicable = [v for v in self.variants if v.name not in rules.forbid and _applies(v, shapes, attrs)]
+        candidates: list[Variant | None] = list(applicable)
+        if self.device == REFERENCE_DEVICE:
+            candidates.append(None)  # the reference: always possible on the host, the last resort
+        note = ""
+        for rule in rules.force:
+            if rule.matches(self.dtype, shapes):
+                forced = next((c for c in candidates if _name(c) == rule.variant), False)
+                if forced is not False:
+                    return forced, "forced by patch"
+                note = f" (forced {rule.variant} does not apply to {_fmt_shapes(shapes)})"
+                break
+        if not candidates:
+            why = f": no variant applies to inputs {_fmt_shapes(shapes)}"
+            if not CONTEXT.fallback:
+                raise kernel_not_found(self.op.name, self.device, self.dtype, self.address, why)
+            fallback_kernel(self.op, self.device, self.dtype, self.address, self.reference)
+            return None, _fallback_reason(self.device) + note
+        if len(candidates) == 1:
+            only = "reference policy" if CONTEXT.kernel_policy == "reference" else "only variant"
+            return candidates[0], only + note
+        if CONTEXT.kernel_policy == "autotune":
+            return self._autotuned(candidates, shapes, attrs, arrays, dyn, note)
+        return self._cheapest(candidates, shapes, attrs, note)
+
+    def _cheapest(self, candidates: Sequence[Variant | None], shapes: tuple, attrs: dict[str, Any],
+                  note: str) -> tuple[Variant | None, str]:
+        cost.ensure_calibrated(self.device, self.op.name)
+        ranked = cost.rank([cost.estimate(self.device, self.op.name, c, shapes, attrs) for c in candidates])
+        best, runner_up = ranked[0], ranked[1]
+        pick = next(c for c in candidates if _name(c) == best.name)
+        reason = (f"cost: {cost.fmt_seconds(best.seconds)} est vs {cost.fmt_seconds(runner_up.seconds)} "
+                  f"{runner_up.name}{note}")
+        return pick, reason
+
+    def _autotuned(self, candidates: Sequence[Variant | None], shapes: tuple, attrs: dict[str, Any],
+                   arrays: Sequence[np.ndarray], dyn: Mapping[str, Any],
+                   note: str) -> tuple[Variant | None, str]:
+        names = [_name(c) for c in candidates]
+        key = autotune.tuning_key(self.device, self.op.name, names, self.dtype, shapes, self.static)
+        runs = []
+        for c in candidates:
+            run = self._choice(c, "", arrays, attrs).run
+            runs.append((_name(c), functools.partial(run, *arrays, **dyn)))
+        tuned = autotune.tune(key, runs)
+        others = sorted((s, n) for n, s in tuned.seconds.items() if n != tuned.winner)
+        versus = ", ".join(f"{cost.fmt_seconds(s)} {n}" for s, n in others[:2])
+        reason = f"autotuned: {cost.fmt_seconds(tuned.seconds[tuned.winner])} vs {versus}{note}"
+        return next(c for c in candidates if _name(c) == tuned.winner), reason
+
+    # -- building the call -------------------------------------------------------------------------
+    def _choice(self, variant: Variant | None, reason: str, arrays: Sequence[np.ndarray],
+                attrs: dict[str, Any]) -> Choice:
+        kernel = self._kernel(variant)
+        out_kernel = self._out_kernel(variant, kernel)
+        if out_kernel is not None:
+            out = _output_type(self.op, arrays, attrs)
+            if out is not None and prod(out[0]) * out[1].itemsize >= POOLED_OUTPUT_MIN_BYTES:
+                kernel = _with_pooled_out(out_kernel, *out)
+        if variant is None:
+            return Choice(REFERENCE, reason, REFERENCE_DEVICE, REFERENCE_KIND, kernel)
+        return Choice(variant.name, reason, variant.device, variant.kind, kernel)
+
+    def _kernel(self, variant: Variant | None) -> Callable[..., Any]:
+        if variant is None:
+            return self.reference
+        kernel = self._kernels.get(variant.name)
+        if kernel is None:
+            with self._lock:
+                kernel = self._kernels.get(variant.name)
+                if kernel is None:
+                    kernel = self._kernels[variant.name] = variant.make(self.static)
+        return kernel
+
+    def _out_kernel(self, variant: Variant | None, kernel: Callable[..., Any]) -> Callable[..., Any] | None:
+        """The kernel as one taking ``out=`` (the op's ufunc for the reference), or None."""
+        if not self.pooled:
+            return None
+        if variant is None:
+            return _exact_ufunc(self.op)
+        return kernel if _takes_out(kernel) else None
+
+    def __repr__(self) -> str:
+        names = ", ".join([v.name for v in self.variants] + [REFERENCE])
+        decided = len(self.decisions)
+        return f"<Dispatcher {self.op.name} on {self.device} [{names}], {decided} shape(s) decided>"
+
+
+def _name(variant: Variant | None) -> str:
+    return REFERENCE if variant is None else variant.name
+
+
+def _applies(variant: Variant, shapes: tuple, attrs: Mapping[str, Any]) -> bool:
+    try:
+        return bool(variant.when(shapes, attrs))
+    except Exception:  # a predicate that cannot judge these shapes does not claim them
+        return False
+
+
+def _output_type(op: OpDef, arrays: Sequence[np.ndarray],
+                 attrs: Mapping[str, Any]) -> tuple[tuple[int, ...], np.dtype] | None:
+    """The single output's concrete shape and dtype, from the op's own shape function (once per shape)."""
+    try:
+        types = [TensorType(ShapeSpec.of(list(a.shape)), a.dtype.name) for a in arrays]
+        result = op.infer(InferContext(), *types, **attrs)
+    except Exception:
+        return None
+    if not isinstance(result, TensorType) or not result.shape.is_static:
+        return None
+    return tuple(result.shape.evaluate({})), np.dtype(result.dtype)
+
+
+def _fmt_shapes(shapes: tuple) -> str:
+    return ", ".join("x".join(map(str, s)) or "scalar" for s in shapes)

@@ -1,0 +1,5 @@
+"""Run-time services of the interpreter: the memory pool its tensors are allocated from."""
+
+from .mempool import POOL, MemoryPool, MemoryStats, memory_stats
+
+__all__ = ["POOL", "MemoryPool", "MemoryStats", "memory_stats"]

@@ -1,0 +1,36 @@
+"""Fixtures for the scheduler tests: a clean scheduler per test and fake variants."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from scheduler_helpers import SETTINGS, Counting
+
+from msvm.context import CONTEXT, set_context
+from msvm.scheduler import reset_capability_db, reset_dispatch_state
+from msvm.scheduler.capability import load_variants
+from msvm.scheduler.variants import VARIANTS
+
+
+@pytest.fixture(autouse=True)
+def clean_scheduler():
+    """Every test starts with no patches, no calibration, no remembered decisions, default settings."""
+    load_variants()  # real variants registered before any test replaces an op's list
+    saved = {k: getattr(CONTEXT, k) for k in SETTINGS}
+    reset_capability_db()
+    reset_dispatch_state()
+    yield
+    set_context(**saved)
+    reset_capability_db()
+    reset_dispatch_state()
+
+
+@pytest.fixture
+def fake_variants(monkeypatch):
+    """``fake_variants(op, [Counting, ...])`` replaces ``op``'s registered variants for one test."""
+
+    def install(op: str, fakes: Sequence[Counting]) -> None:
+        monkeypatch.setitem(VARIANTS, op, [f.variant for f in fakes])
+
+    return install
