@@ -69,7 +69,7 @@ def bench_overhead() -> str:
     x = np.random.default_rng(0).random((8, 8), dtype=np.float32)
     y = np.random.default_rng(1).random((8, 8), dtype=np.float32) + 0.5
     for n_ops in (1, 10, 50, 200):
-        fn = Program(chain_module(n_ops)).function("f")
+        fn = Program(chain_module(n_ops), {"jit": False}).function("f")  # the interpreter alone
         np.testing.assert_allclose(fn(x, y), numpy_chain(n_ops)(x, y), rtol=1e-6)
         t_vm = measure(lambda: fn(x, y))  # noqa: B023
         t_np = measure(lambda: numpy_chain(n_ops)(x, y))  # noqa: B023
@@ -123,7 +123,7 @@ def bench_cold_start() -> str:
         t0 = time.perf_counter()
         module = decode_module(data)
         t1 = time.perf_counter()
-        fn = Program(module).function("f")
+        fn = Program(module, {"jit": False}).function("f")
         t2 = time.perf_counter()
         fn(a, a)
         t3 = time.perf_counter()

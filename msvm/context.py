@@ -6,8 +6,9 @@ One typed dataclass so that an unknown or mistyped setting is a clear error, not
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -19,10 +20,15 @@ class Context:
     kernel_policy: str = "cost"  # "cost" | "autotune" | "reference"
     enable_mem_reuse: bool = True
     compile_timeout_ms: int = 30_000
+    jit_enabled: bool = True  # False: regions run interpreted (no counting, no compiles, no native code)
+    jit_cache_entries: int = 1024  # JIT cache entries in all; new keys beyond it run interpreted
+    jit_cache_region_entries: int = 64  # JIT cache entries per region
+    jit_adaptive_budget: int = 8  # adaptive cache mode: exact entries per region before it learns buckets
     fallback: bool = True  # an op without a usable kernel variant falls back to the reference kernel
     device: str = "cpu"
 
     _choices = {"kernel_policy": ("cost", "autotune", "reference")}
+    _patterns = {"device": (r"cpu|cuda:\d+", "'cpu' or 'cuda:N'")}  # cuda devices have no kernels yet
 
 
 CONTEXT = Context()
@@ -46,6 +52,9 @@ def set_context(**settings: Any) -> None:
         allowed = Context._choices.get(key)
         if allowed and value not in allowed:
             raise ValueError(f"setting {key!r} must be one of {', '.join(allowed)}, got {value!r}")
+        pattern = Context._patterns.get(key)
+        if pattern and not re.fullmatch(pattern[0], value):
+            raise ValueError(f"setting {key!r} must be {pattern[1]}, got {value!r}")
         if isinstance(value, int) and not isinstance(value, bool) and value < 0:
             raise ValueError(f"setting {key!r} must be >= 0, got {value}")
     for key, value in settings.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,12 +42,19 @@ class _Writer:
 
 
 def generate(
-    info: FunctionInfo, steps: list[Step], names: dict[str, Any], *, traced: bool = False
+    info: FunctionInfo,
+    steps: list[Step],
+    names: dict[str, Any],
+    *,
+    traced: bool = False,
+    regions: Sequence[Any] = (),
 ) -> Generated:
     """Compile ``steps`` into a Python function ``run(a0, a1, …)``.
 
     ``names`` holds the helpers the prologue uses (ENTRY, SEEN, FAULT, LOOPLIMIT, CTX and, when
-    ``traced``, EMIT/NOW); every step's own names are merged in.
+    ``traced``, EMIT/NOW); every step's own names are merged in. ``regions`` are the JIT's region
+    dispatches (``msvm.jit.runtime.RegionDispatch``): each wraps its run of lines with a jump-table
+    lookup that runs native code when there is some.
     """
     fn = info.function
     cfg = info.cfg
@@ -54,6 +62,8 @@ def generate(
     for step in steps:
         by_block.setdefault(step.block, []).append(step)
     back_edges = cfg.back_edges()
+    starts = {r.address: r for r in regions}
+    in_region = {a for r in regions for a in r.addresses}
     params = ", ".join(f"a{i}" for i in range(len(fn.params)))
     w = _Writer()
     w.emit(0, f"def run({params}):")
@@ -75,7 +85,12 @@ def generate(
             depth = 4
         body = [s for s in by_block.get(block, []) if s.ins.name not in PHIS]
         for step in body:
-            if step.line:
+            region = starts.get(step.address)
+            if region is not None:
+                _emit_region(w, depth, region, [s for s in body if s.address in region.addresses], traced)
+            elif step.address in in_region:
+                continue  # emitted with its region
+            elif step.line:
                 _emit_step(w, depth, step, traced)
             else:
                 _emit_terminator(w, depth, step, info, by_block, back_edges, traced)
@@ -88,6 +103,8 @@ def generate(
     namespace = dict(names)
     for step in steps:
         namespace.update(step.names)
+    for region in regions:
+        namespace.update(region.names)
     code = compile(source, filename, "exec")
     exec(code, namespace)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -105,15 +122,27 @@ def _entry_key(info: FunctionInfo) -> str:
     return ", ".join(parts)
 
 
+def _emit_region(w: _Writer, depth: int, region: Any, steps: list[Step], traced: bool) -> None:
+    """A JIT region: the lines its dispatch puts before and after, and its own lines in between."""
+    before, indent, after = region.layout(traced)
+    for rel, text in before:
+        w.emit(depth + rel, text, region.address)
+    for step in steps:
+        _emit_step(w, depth + indent, step, traced)
+    for rel, text in after:
+        w.emit(depth + rel, text, region.address)
+
+
 def _emit_step(w: _Writer, depth: int, step: Step, traced: bool) -> None:
-    if not traced:
-        w.emit(depth, step.line, step.address)
-        return
-    w.emit(depth, "t0 = NOW()", step.address)
+    if traced:
+        w.emit(depth, "t0 = NOW()", step.address)
     w.emit(depth, step.line, step.address)
-    dsts = step.ins.writes()
-    out = reg(dsts[0]) if dsts else "None"
-    w.emit(depth, f"EMIT({step.address}, t0, NOW(), {out})", step.address)
+    if traced:
+        dsts = step.ins.writes()
+        out = reg(dsts[0]) if dsts else "None"
+        w.emit(depth, f"EMIT({step.address}, t0, NOW(), {out})", step.address)
+    if step.release:  # registers dead from here on: their buffers go back now, not at return
+        w.emit(depth, f"del {', '.join(reg(r) for r in step.release)}", step.address)
 
 
 def _emit_terminator(

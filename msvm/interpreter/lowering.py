@@ -15,10 +15,13 @@ from typing import Any
 import numpy as np
 
 from ..bytecode.module import Instruction, Module, RegRef
+from ..bytecode.opcodes import Kind
 from ..context import CONTEXT
 from ..errors import ResourceLimitError, ShapeError
 from ..ops.registry import REGISTRY, OpDef, TensorType
-from ..scheduler import bind_kernel
+from ..runtime.mempool import POOL
+from ..scheduler import Choice, Dispatcher, bind_site
+from ..scheduler.capability import REFERENCE_DEVICE, REFERENCE_KIND
 from ..shapes import ShapeSpec
 from ..verifier import FunctionInfo
 
@@ -45,11 +48,20 @@ class Step:
     ins: Instruction
     line: str  # empty for phis and terminators (the code generator handles control flow)
     names: dict[str, Any] = field(default_factory=dict)
-    variant: str = "reference"  # the kernel variant an OP_CALL is bound to
+    variant: str = "reference"  # the kernel variant an OP_CALL is bound to ("dispatch": chosen per call)
+    reason: str = ""  # why (shown by the debugger and the trace)
+    dispatcher: Dispatcher | None = None  # set when the variant is chosen per call
+    release: tuple[int, ...] = ()  # tensor registers that die here (deleted after the line runs)
 
     @property
     def opname(self) -> str:
         return self.ins.name + (f" {self.ins['op']}" if self.ins.name == "OP_CALL" else "")
+
+    @property
+    def choice(self) -> Choice:
+        """The kernel this OP_CALL ran last on this thread, and why (its binding before any call)."""
+        last = self.dispatcher.last_choice if self.dispatcher is not None else None
+        return last or Choice(self.variant, self.reason, REFERENCE_DEVICE, REFERENCE_KIND, None)
 
 
 def reg(r: int) -> str:
@@ -64,7 +76,91 @@ def lower_function(info: FunctionInfo, module: Module) -> list[Step]:
         if ins.name not in PHIS and not ins.opcode.is_terminator:
             _LOWER[ins.name](step, info, module)
         steps.append(step)
+    if CONTEXT.enable_mem_reuse:
+        mark_last_uses(info, steps)
     return steps
+
+
+def mark_last_uses(info: FunctionInfo, steps: list[Step]) -> None:
+    """Set ``step.release``: tensor registers that no later instruction on any path reads.
+
+    Deleting them right after their last use hands their buffers back to the memory pool (or to
+    numpy) at once instead of at return. Liveness is the usual backward dataflow over the CFG
+    (skipped for straight-line code); a phi's inputs count as used at the end of the predecessor.
+    Terminators and TENSOR_FREE (which deletes already) release nothing. Only tensor registers
+    matter, so only SRC/SRCS/DST/DSTS operands are read (attribute registers are scalars).
+    """
+    cfg = info.cfg
+    tensor = [isinstance(t, TensorType) for t in info.types]
+    blocks: dict[int, list[tuple[Step, list[int], list[int]]]] = {b: [] for b in cfg.rpo}
+    end_uses: dict[int, set[int]] = {b: set() for b in cfg.rpo}
+    phi_defs: dict[int, set[int]] = {b: set() for b in cfg.rpo}
+    for step in steps:
+        if step.block not in blocks:
+            continue
+        if step.ins.name in PHIS:
+            phi_defs[step.block].add(step.ins["dst"])
+            for pred, r in step.ins["incoming"]:
+                if pred in end_uses:
+                    end_uses[pred].add(r)
+        else:
+            blocks[step.block].append((step, *_tensor_operands(step.ins)))
+    live_in: dict[int, set[int]] = {b: set() for b in cfg.rpo}
+
+    def live_out(b: int) -> set[int]:
+        out = set(end_uses[b])
+        for succ in cfg.succs[b]:
+            out |= live_in[succ] - phi_defs[succ]
+        return out
+
+    if len(cfg.rpo) > 1:
+        gen: dict[int, set[int]] = {}  # read in the block before any write there
+        kill: dict[int, set[int]] = {}  # written in the block
+        for b, items in blocks.items():
+            gen[b], kill[b] = set(), set()
+            for _, reads, writes in items:
+                gen[b].update(r for r in reads if r not in kill[b])
+                kill[b].update(writes)
+        changed = True
+        while changed:
+            changed = False
+            for b in reversed(cfg.rpo):
+                live = gen[b] | (live_out(b) - kill[b])
+                if live != live_in[b]:
+                    live_in[b], changed = live, True
+    for b in cfg.rpo:
+        live = live_out(b)
+        for step, reads, writes in reversed(blocks[b]):
+            if step.line and step.ins.name != "TENSOR_FREE":
+                dead = {r for r in reads if r not in live and tensor[r]}
+                dead.update(w for w in writes if w not in live and tensor[w])
+                if dead:
+                    step.release = tuple(sorted(dead))
+            live.difference_update(writes)
+            live.update(reads)
+
+
+_OPERAND_LAYOUT: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
+
+
+def _tensor_operands(ins: Instruction) -> tuple[list[int], list[int]]:
+    """(registers read, registers written) through SRC/SRCS and DST/DSTS operands."""
+    layout = _OPERAND_LAYOUT.get(ins.opcode.name)
+    if layout is None:
+        kinds = [o.kind for o in ins.opcode.operands]
+        layout = _OPERAND_LAYOUT[ins.opcode.name] = tuple(
+            tuple(i for i, k in enumerate(kinds) if k is kind)
+            for kind in (Kind.SRC, Kind.SRCS, Kind.DST, Kind.DSTS)
+        )
+    src, srcs, dst, dsts = layout
+    args = ins.args
+    reads = [args[i] for i in src]
+    for i in srcs:
+        reads.extend(args[i])
+    writes = [args[i] for i in dst]
+    for i in dsts:
+        writes.extend(args[i])
+    return reads, writes
 
 
 def _tensor_create(step: Step, info: FunctionInfo, module: Module) -> None:
@@ -75,7 +171,7 @@ def _tensor_create(step: Step, info: FunctionInfo, module: Module) -> None:
     else:
         # zeros of an entry-bound shape: its sizes are evaluated with the call's bindings (B)
         step.line = f"{dst} = ZEROS(B[{step.address}], '{np.dtype(ins['dtype']).name}')"
-        step.names["ZEROS"] = np.zeros
+        step.names["ZEROS"] = POOL.zeros if CONTEXT.enable_mem_reuse else np.zeros
 
 
 def _tensor_alloc(step: Step, info: FunctionInfo, module: Module) -> None:
@@ -87,9 +183,11 @@ def _tensor_alloc(step: Step, info: FunctionInfo, module: Module) -> None:
 
 
 def _allocator(address: int, dtype: np.dtype):
+    zeros = POOL.zeros if CONTEXT.enable_mem_reuse else np.zeros
+
     def alloc(shape: tuple[int, ...]) -> np.ndarray:
         check_size(address, shape, dtype.itemsize, "TENSOR_ALLOC")
-        return np.zeros(shape, dtype)
+        return zeros(shape, dtype)
 
     return alloc
 
@@ -164,10 +262,11 @@ def _op_call(step: Step, info: FunctionInfo, module: Module) -> None:
     dynamic = {k: v for k, v in attrs.items() if _has_reg(v)}
     in_types = [info.types[r] for r in ins["srcs"]]
     out_types = [info.types[r] for r in ins["dsts"]]
-    kernel, variant = bind_kernel(op, static, in_types, out_types)
+    binding = bind_site(op, static, in_types, out_types, address=step.address)
+    kernel = binding.kernel
     if not all(_entry_evaluable(t, info) for t in out_types):
         kernel = _size_checked(kernel, op, attrs, step.address)
-    step.variant = variant
+    step.variant, step.reason, step.dispatcher = binding.variant, binding.reason, binding.dispatcher
     k = f"K{step.address}"
     step.names[k] = kernel
     args = [reg(r) for r in ins["srcs"]]

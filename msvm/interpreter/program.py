@@ -21,6 +21,7 @@ from ..context import CONTEXT, on_change
 from ..errors import MsvmError, ResourceLimitError, ShapeError
 from ..observe.trace import TRACE, TraceEvent
 from ..ops.registry import TensorType
+from ..scheduler import binding_settings
 from ..shapes import match_shape
 from ..verifier import FunctionInfo, ModuleInfo, verify_module
 from .codegen import ENTRY_LINE, Generated, generate
@@ -31,9 +32,10 @@ _LIVE: weakref.WeakSet[Executable] = weakref.WeakSet()
 
 
 def _forget_signatures() -> None:
-    """Limits changed: every cached entry check must run again."""
+    """Settings changed: every cached entry check must run again, and kernels be re-bound if needed."""
     for exe in list(_LIVE):
         exe.seen.clear()
+        exe.rebind_if_stale()
 
 
 on_change(_forget_signatures)
@@ -73,10 +75,12 @@ class Executable:
         self.params = info.function.params
         self.steps: list[Step] = lower_function(info, program.module)
         self.by_address = {s.address: s for s in self.steps}
+        self._bound_for = binding_settings()  # kernel policy, device, fallback, memory reuse
         self.seen: dict[tuple, dict[int, tuple[int, ...]]] = {}
         _LIVE.add(self)
         self._generated: Generated | None = None
         self._traced: Generated | None = None
+        self._jit: Any = None
         self._lock = threading.Lock()
 
     # -- running -------------------------------------------------------------------------------
@@ -93,12 +97,35 @@ class Executable:
 
     def generated(self, traced: bool = False) -> Generated:
         with self._lock:
+            if self._bound_for != binding_settings():
+                self.steps = lower_function(self.info, self.program.module)
+                self.by_address = {s.address: s for s in self.steps}
+                self._bound_for = binding_settings()
             attr = "_traced" if traced else "_generated"
             gen = getattr(self, attr)
             if gen is None:
-                gen = generate(self.info, self.steps, self._names(traced), traced=traced)
+                regions = self.jit.dispatch
+                gen = generate(self.info, self.steps, self._names(traced), traced=traced, regions=regions)
                 setattr(self, attr, gen)
             return gen
+
+    def rebind_if_stale(self) -> None:
+        """Drop the generated code when the settings kernels were bound under changed.
+
+        The next call re-lowers (``generated``); the hot path stays free of any check.
+        """
+        if self._bound_for != binding_settings():
+            with self._lock:
+                self._generated = self._traced = None
+
+    @property
+    def jit(self) -> Any:
+        """The JIT's state for this function (``msvm.jit.runtime.FunctionJit``), planned on first use."""
+        if self._jit is None:
+            from ..jit.runtime import attach
+
+            self._jit = attach(self)
+        return self._jit
 
     def debug(self, *args: Any):
         """A stepping Execution of this function on ``args`` (see ``msvm.interpreter.stepping``)."""
@@ -134,7 +161,7 @@ class Executable:
                 address,
                 ins.name,
                 ins["op"] if ins.name == "OP_CALL" else None,
-                step.variant if ins.name == "OP_CALL" else None,
+                step.choice.variant if ins.name == "OP_CALL" else None,
                 t0,
                 t1 - t0,
                 threading.get_ident(),

@@ -1,0 +1,9 @@
+"""MS-JIT: hot, shape-stable regions compiled to native code in the background (DESIGN §5–§6).
+
+The pieces, in the order data flows through them: ``scd`` (which dims are anchored, and why not),
+``regions`` (region formation, a region as a standalone function, the SCD report), ``cache`` (cache
+keys by mode, entries, budgets), ``compiler`` (the background thread and the crash-isolated compile
+worker), ``runtime`` (region dispatch in the interpreter's generated code, hot-patching) and ``stats``
+(``jit_info``, the monitor). ``codegen`` turns a region function into native code. Users reach all of
+it through ``ms.vm``; nothing is imported here so that ``import msvm`` stays cheap.
+"""

@@ -1,0 +1,390 @@
+"""The JIT cache (DESIGN §6): settings, cache keys by mode, entry names, entries and their budgets.
+
+Why two kinds of key: the *run-time key* of a region is what the generated interpreter computes at
+every region entry — the shapes of its inputs whose shapes vary (``r0.shape``) and the values of its
+run-time scalars — a tuple built without a single Python call, so a hit costs one tuple and one dict
+lookup. The *cache key* is what an entry is compiled for: the run-time key itself in ``exact`` mode,
+the bucket of every shape symbol in ``bucket`` mode, and in ``adaptive`` mode exact keys until a
+region's exact entries would pass a budget, then buckets it learns from the values it has seen.
+
+Bucket rules: with boundaries ``b0 < b1 < …`` a value ``v`` belongs to bucket ``(b[i-1], b[i]]``
+(the first is ``[1, b0]``) and the entry's code is generic in that symbol, bounded by ``b[i]``. A value
+above the last boundary, or 0, is *pinned*: the entry is exact in that symbol (it still counts
+against the budgets). ``bucket`` mode without boundaries and ``adaptive`` mode use power-of-two
+buckets, which have no last boundary. Adaptive mode buckets only the symbols that have taken more
+than one value; the others stay exact.
+
+When a region's or the whole cache's entry budget (``ms.set_context(jit_cache_region_entries=…,
+jit_cache_entries=…)``) is reached, existing entries keep serving and new keys simply run
+interpreted: no cliff where a whole function turns slow.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..bytecode.module import Module
+from ..bytecode.text import disassemble, format_instruction
+from ..ops.registry import TensorType
+from ..shapes import Dim, ShapeSpec
+from ..verifier import FunctionInfo
+from .regions import Region, RegionIO
+
+DISASSEMBLY_KINDS = ("bytecode", "llvm", "llvm-opt", "asm")
+
+
+@dataclass(frozen=True)
+class JitSettings:
+    """A program's JIT options (``@ms.jit(...)`` passes them through ``Program(module, options=...)``)."""
+
+    cache_mode: str = "exact"
+    bucket_boundaries: tuple[int, ...] | None = None
+    fallback: bool = True
+    mem_optimize: bool = False
+    scd_threshold: float = 0.8
+    hot_threshold: int = 3
+    enabled: bool = True  # Program(module, options={"jit": False}) runs it purely interpreted
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> JitSettings:
+        known = {f.name for f in fields(cls)} - {"enabled"}
+        values = {k: v for k, v in options.items() if k in known}
+        if values.get("bucket_boundaries") is not None:
+            values["bucket_boundaries"] = tuple(int(b) for b in values["bucket_boundaries"])
+        return cls(**values, enabled=options.get("jit", True) is not False)
+
+
+# -- run-time keys and the symbols they hold -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a shape symbol's value sits in a run-time key."""
+
+    component: int  # index into the key tuple
+    axis: int | None  # a tensor input's axis; None for a scalar component
+    symbol: str
+
+
+@dataclass(frozen=True)
+class KeyPlan:
+    """How a region's run-time key is built and which shape symbols it carries.
+
+    A dim that is a plain symbol is that symbol; an expression over the region's plain symbols
+    (``H*2``) follows from them; any other non-constant dim (``?``, or over symbols the region does not
+    see) gets a fresh symbol ``R<reg>d<axis>``. Scalar parameters are their own symbol or a fresh
+    ``S<reg>``. The key holds the shape of an input only when it brings a symbol no earlier input
+    brought (so ``x: [N, 8]`` and ``y: [N, 8]`` cost one ``shape`` read), and a scalar only when its
+    symbol is new: the verifier's types determine the rest, and the launcher checks every shape anyway.
+    """
+
+    components: tuple[tuple[str, int], ...]  # ("tensor", reg) / ("scalar", reg), in key order
+    slots: tuple[Slot, ...]
+    specs: tuple[ShapeSpec, ...]  # per tensor input, in the region's symbols
+    scalar_symbols: tuple[str, ...]  # per scalar parameter
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.symbol for s in self.slots))
+
+    def key_expr(self) -> str:
+        """The Python expression the generated interpreter evaluates at region entry."""
+        parts = [f"r{reg}.shape" if kind == "tensor" else f"r{reg}" for kind, reg in self.components]
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+    def values(self, key: tuple) -> dict[str, int]:
+        """symbol -> value in a run-time key (the first occurrence of a symbol wins)."""
+        out: dict[str, int] = {}
+        for s in self.slots:
+            part = key[s.component]
+            out.setdefault(s.symbol, int(part if s.axis is None else part[s.axis]))
+        return out
+
+
+def plan_keys(io: RegionIO, info: FunctionInfo) -> KeyPlan:
+    types = info.types
+    plain = {d.name for r in io.tensor_inputs for d in types[r].shape if d.is_symbol}
+    plain |= {types[r].value.name for r in io.scalar_params if types[r].value.is_symbol}
+    components: list[tuple[str, int]] = []
+    slots: list[Slot] = []
+    specs: list[ShapeSpec] = []
+    for reg in io.tensor_inputs:
+        dims, own = [], []
+        for axis, d in enumerate(types[reg].shape):
+            if d.is_const or (not d.is_unknown and not d.is_symbol and d.free_symbols <= plain):
+                dims.append(d)
+                continue
+            symbol = d.name if d.is_symbol else f"R{reg}d{axis}"
+            dims.append(Dim.sym(symbol))
+            own.append((axis, symbol))
+        specs.append(ShapeSpec(dims))
+        new = [(axis, symbol) for axis, symbol in own if symbol not in {s.symbol for s in slots}]
+        if new:  # an input whose symbols all came earlier adds nothing to the key
+            slots += [Slot(len(components), axis, symbol) for axis, symbol in new]
+            components.append(("tensor", reg))
+    scalar_symbols = []
+    for reg in io.scalar_params:
+        value = types[reg].value
+        symbol = value.name if value.is_symbol else f"S{reg}"
+        scalar_symbols.append(symbol)
+        if symbol not in {s.symbol for s in slots}:
+            slots.append(Slot(len(components), None, symbol))
+            components.append(("scalar", reg))
+    return KeyPlan(tuple(components), tuple(slots), tuple(specs), tuple(scalar_symbols))
+
+
+def region_digest(region: Region, io: RegionIO, info: FunctionInfo, module: Module) -> str:
+    """8 hex digits naming function + region: its instructions, input types and the constants it reads."""
+    h = hashlib.sha1()
+    h.update(f"{module.name}/{info.function.name}/{region.start}".encode())
+    for ins in (*io.clones, *io.body):
+        h.update(format_instruction(ins).split("  @")[0].encode())
+        if ins.name == "LOAD_CONST":
+            h.update(module.constants[ins["const"]].tobytes())
+    for reg in io.tensor_inputs:
+        t = info.types[reg]
+        if isinstance(t, TensorType):
+            h.update(f"{t}".encode())
+    return h.hexdigest()[:8]
+
+
+# -- cache keys by mode ----------------------------------------------------------------------------------
+
+Bucket = tuple[int, int]  # (lo, hi): a value in lo..hi; hi bounds the generated code
+
+
+def bucket_of(value: int, boundaries: Sequence[int] | None) -> Bucket | None:
+    """The bucket holding ``value``; None when it is pinned (0, or above the last boundary)."""
+    if value <= 0:
+        return None
+    if boundaries is None:  # powers of two
+        hi = 1 << (value - 1).bit_length()
+        return (hi // 2 + 1 if hi > 1 else 1, hi)
+    i = bisect.bisect_left(boundaries, value)
+    if i == len(boundaries):
+        return None
+    return (boundaries[i - 1] + 1 if i else 1, boundaries[i])
+
+
+class CachePolicy:
+    """Maps a region's run-time keys to cache keys, and a cache key to what its entry is compiled for."""
+
+    _BUCKETED = "B"  # first item of a bucketed cache key (a run-time key never starts with a str)
+
+    def __init__(self, settings: JitSettings, plan: KeyPlan) -> None:
+        self.mode = settings.cache_mode
+        self.plan = plan
+        self.boundaries = settings.bucket_boundaries
+        self.learned: dict[str, tuple[int, ...]] | None = None  # adaptive: symbol -> boundaries it chose
+        self.observed: dict[str, set[int]] = {s: set() for s in plan.symbols}
+
+    @property
+    def bucketing(self) -> bool:
+        return self.mode == "bucket" or self.learned is not None
+
+    def cache_key(self, key: tuple) -> tuple:
+        if not self.bucketing:
+            return key
+        values = self.plan.values(key)
+        items: list[Any] = [self._BUCKETED]
+        for symbol in self.plan.symbols:
+            v = values[symbol]
+            bucket = self._bucket(symbol, v)
+            items.append(v if bucket is None else bucket)
+        return tuple(items)
+
+    def _bucket(self, symbol: str, value: int) -> Bucket | None:
+        if self.mode == "bucket":
+            return bucket_of(value, self.boundaries)
+        return bucket_of(value, None) if self.learned is not None and symbol in self.learned else None
+
+    def symbols_of(self, cache_key: tuple, key: tuple) -> dict[str, int | Bucket]:
+        """symbol -> value (pinned) or (lo, hi) (bucketed) for an entry."""
+        if cache_key and cache_key[0] == self._BUCKETED:
+            return dict(zip(self.plan.symbols, cache_key[1:]))
+        return dict(self.plan.values(key))
+
+    def observe(self, key: tuple) -> None:
+        """Adaptive mode: remember the values each symbol took (bounded)."""
+        for symbol, v in self.plan.values(key).items():
+            seen = self.observed[symbol]
+            if len(seen) < 4096:
+                seen.add(v)
+
+    def learn(self) -> dict[str, tuple[int, ...]]:
+        """Adaptive mode: choose power-of-two buckets for the symbols that took several values."""
+        learned = {}
+        for symbol, seen in self.observed.items():
+            if len(seen) > 1 and max(seen) > 0:
+                lo = max(1, min(v for v in seen if v > 0))
+                first, last = (lo - 1).bit_length(), (max(seen) - 1).bit_length()
+                learned[symbol] = tuple(1 << p for p in range(first, last + 1))
+        self.learned = learned
+        return learned
+
+    def parameters(self, cache_key: tuple, key: tuple
+                   ) -> tuple[list[ShapeSpec], list[int | str], dict[str, int]]:
+        """(tensor specs, scalars as ints or symbol names, bounds) of the entry's region function."""
+        plan = self.plan
+        symbols = self.symbols_of(cache_key, key)
+        pinned = {s: v for s, v in symbols.items() if isinstance(v, int)}
+        bounds = {s: v[1] for s, v in symbols.items() if not isinstance(v, int)}
+        specs = [ShapeSpec(d.substitute(pinned) for d in spec) for spec in plan.specs]
+        scalars: list[int | str] = [pinned.get(s, s) for s in plan.scalar_symbols]
+        return specs, scalars, bounds
+
+    def name(self, digest: str, cache_key: tuple, key: tuple) -> str:
+        """``jit_cache_237a4b1c_N32_C3_H224_W224``; bucketed symbols show their bucket (``N1-8``)."""
+        parts = [f"jit_cache_{digest}"]
+        for symbol, v in self.symbols_of(cache_key, key).items():
+            sep = "" if symbol[-1].isalpha() else "v"
+            parts.append(f"{symbol}{sep}{v}" if isinstance(v, int) else f"{symbol}{sep}{v[0]}-{v[1]}")
+        return "_".join(parts)
+
+
+# -- entries ---------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Entry:
+    """One cache entry: a region compiled (or being compiled, or failed) for one cache key."""
+
+    name: str
+    function: str
+    region: int
+    address: int
+    mode: str
+    cache_key: tuple
+    key: tuple  # the run-time key that made it hot
+    symbols: dict[str, Any]
+    reason: str  # why it was created; replaced by why it fell back
+    owner: Any = field(repr=False)  # the region runtime that installs it
+    generation: int = 0
+    status: str = "queued"  # -> "compiling" -> "compiled" | "fallback"
+    phase: str | None = None  # the phase compiling now
+    queued_ns: int = field(default_factory=time.perf_counter_ns)
+    created: float = field(default_factory=time.time)
+    compile_ms: float | None = None
+    phase_ms: dict[str, float] = field(default_factory=dict)
+    code_bytes: int | None = None
+    planned_bytes: int | None = None
+    naive_bytes: int | None = None
+    bounds: dict[str, int] = field(default_factory=dict)
+    error: str | None = None  # raised as a JitError at the region's next runs when fallback=False
+    compiled: Any = field(default=None, repr=False)  # the code generator's CompiledRegion
+    launcher: Any = field(default=None, repr=False)  # what the jump table holds once compiled
+    module: Module | None = field(default=None, repr=False)  # the region function it was compiled from
+    hits: list[int] = field(default_factory=lambda: [0])  # a cell the hit launcher bumps
+    native: list[int] = field(default_factory=lambda: [0, 0])  # sampled native runs: count, total ns
+
+    @property
+    def hit_count(self) -> int:
+        return self.hits[0]
+
+    def disassemble(self, kind: str = "bytecode") -> str:
+        """The region function it was compiled from ("bytecode") or its code ("llvm", "llvm-opt", "asm")."""
+        if kind not in DISASSEMBLY_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(DISASSEMBLY_KINDS)}, got {kind!r}")
+        if kind == "bytecode":
+            if self.module is None:
+                raise ValueError(f"{self.name} is {self.status}: its region function is not built yet")
+            return disassemble(self.module)
+        if self.compiled is None:
+            raise ValueError(f"{self.name} has no native code ({self.status}: {self.reason})")
+        return self.compiled.disassemble(kind)
+
+    def native_ms(self) -> float | None:
+        n, total = self.native
+        return total / n / 1e6 if n else None
+
+    def as_dict(self, interp_ms: float | None = None) -> dict:
+        native = self.native_ms()
+        saved = None
+        if interp_ms is not None and native is not None:
+            saved = self.hit_count * (interp_ms - native)
+        return {
+            "name": self.name,
+            "function": self.function,
+            "region": self.region,
+            "address": self.address,
+            "mode": self.mode,
+            "status": self.status,
+            "hits": self.hit_count,
+            "compile_ms": self.compile_ms,
+            "phase_ms": dict(self.phase_ms),
+            "code_bytes": self.code_bytes,
+            "planned_bytes": self.planned_bytes,
+            "naive_bytes": self.naive_bytes,
+            "reason": self.reason,
+            "saved_ms": saved,
+            "interp_ms": interp_ms,
+            "native_ms": native,
+            "symbols": {k: (v if isinstance(v, int) else list(v)) for k, v in self.symbols.items()},
+            "bounds": dict(self.bounds),
+        }
+
+
+class EntryRegistry:
+    """Every live entry, in creation order, the global budget, and the regions entries belong to."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, Entry] = {}
+        self._regions: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def track(self, region: Any) -> None:
+        """Count ``region``'s interpreted runs (``.misses``) in the hit rate while it is alive."""
+        with self._lock:
+            self._regions.add(region)
+
+    def regions(self) -> list[Any]:
+        with self._lock:
+            return list(self._regions)
+
+    def add(self, entry: Entry, limit: int) -> bool:
+        """Register ``entry`` unless the cache holds ``limit`` entries already; names stay unique."""
+        with self._lock:
+            if len(self._entries) >= limit:
+                return False
+            base, n = entry.name, 1
+            while entry.name in self._entries:
+                n += 1
+                entry.name = f"{base}_{n}"
+            self._entries[entry.name] = entry
+            return True
+
+    def get(self, name: str) -> Entry | None:
+        with self._lock:
+            return self._entries.get(name)
+
+    def all(self) -> list[Entry]:
+        with self._lock:
+            return list(self._entries.values())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+CACHE = EntryRegistry()
+
+__all__ = [
+    "CACHE",
+    "DISASSEMBLY_KINDS",
+    "CachePolicy",
+    "Entry",
+    "EntryRegistry",
+    "JitSettings",
+    "KeyPlan",
+    "Slot",
+    "bucket_of",
+    "plan_keys",
+    "region_digest",
+]

@@ -1,0 +1,408 @@
+"""The LLVM module of a region: one internal function per kernel, the entry that calls them in order.
+
+Every kernel function has the same signature — one ``noalias i8*`` per buffer it touches (buffers
+that are live at the same time never overlap, which is what lets LLVM vectorise without run-time
+alias checks), the region's run-time params as i64, an outer-loop range ``[lo, hi)`` and an i32
+status word. ``FnBuilder`` is the state of one function being built: dims are computed once in
+its entry block (so every use is dominated), emitted values are memoised per loop scope, and
+run-time checks (an index out of range) raise an error flag that the entry returns as the status.
+
+The exported entry is ``i32 name(i8* inputs…, i8* outputs…, i8* arena, i64 params…)``; its twin
+``name_obj`` takes ``PyObject*`` for the tensor arguments and reads numpy's data pointer out of
+each array object (``DATA_OFFSET``), so the launcher passes ``id(array)`` instead of paying
+about a microsecond per array for ``arr.ctypes.data``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+
+from ...native.irhelpers import Slot
+from ...shapes import Dim
+from . import dims
+from .buffers import Buffer
+from .dtypes import I1, I8, I32, I64, STORAGE, from_storage, to_storage
+from .kernels import PARALLEL_MIN, THREADS, Kernel
+from .views import View
+
+I8P = I8.as_pointer()
+I32P = I32.as_pointer()
+VOID = ir.VoidType()
+INT64_MAX = (1 << 63) - 1
+
+
+def _pthread(module: ir.Module, name: str) -> ir.Function:
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    if name == "pthread_create":
+        start = ir.FunctionType(I8P, [I8P]).as_pointer()
+        return ir.Function(module, ir.FunctionType(I32, [I64.as_pointer(), I8P, start, I8P]), name=name)
+    return ir.Function(module, ir.FunctionType(I32, [I64, I8P.as_pointer()]), name=name)
+
+
+def _second_copy(b: ir.IRBuilder, ptr: ir.Value, buf: Buffer) -> ir.Value:
+    """The second thread's pointer: its own copy of per-thread scratch, the same memory otherwise."""
+    return b.gep(ptr, [ir.Constant(I64, buf.size // THREADS)], inbounds=True) if buf.per_thread else ptr
+
+
+def _small(work: Dim) -> bool:
+    return work.is_const and work.value < PARALLEL_MIN
+
+
+def _probe_data_offset() -> int | None:
+    """Byte offset of ``data`` in numpy's array object, checked on live arrays (None if not found)."""
+    probes = [np.empty(3, np.float32), np.zeros((2, 5), np.int64)[:, 1:]]
+    for offset in (16, 24, 32):
+        if all(ctypes.c_void_p.from_address(id(a) + offset).value == a.ctypes.data for a in probes):
+            return offset
+    return None
+
+
+DATA_OFFSET = _probe_data_offset()
+
+
+class FnBuilder:
+    """One kernel function being emitted."""
+
+    def __init__(self, em: ModuleEmitter, name: str, buffers: Sequence[Buffer]) -> None:
+        self.em = em
+        self.module = em.module
+        self.buffers = list(dict.fromkeys(b.resolve() for b in buffers))
+        types = [I8P] * len(self.buffers) + [I64] * len(em.params) + [I64, I64, I32P]
+        self.fn = ir.Function(self.module, ir.FunctionType(VOID, types), name=name)
+        self.fn.linkage = "internal"
+        self.fn.attributes.add("nounwind")
+        args = self.fn.args
+        for arg, buf in zip(args, self.buffers):
+            arg.name = buf.name
+            arg.add_attribute("noalias")
+        n = len(self.buffers)
+        self.params = dict(zip(em.params, args[n : n + len(em.params)]))
+        for name_, arg in self.params.items():
+            arg.name = name_
+        self.lo, self.hi, self.status = args[-3], args[-2], args[-1]
+        self.lo.name, self.hi.name, self.status.name = "lo", "hi", "status"
+        self._allocas = self.fn.append_basic_block("entry")  # allocas only (Slot inserts at its start)
+        self.head = ir.IRBuilder(self.fn.append_basic_block("head"))
+        self._body = self.fn.append_basic_block("body")
+        self.b = ir.IRBuilder(self._body)
+        self._dims: dict[Dim, ir.Value] = {}
+        self._ptrs: dict[Buffer, ir.Value] = {}
+        self._memo: list[dict] = [{}]
+        self._err: ir.Value | None = None
+        self.split_extent: Dim | None = None  # extent of the loop that ``[lo, hi)`` restricts
+
+    # -- values computed once -----------------------------------------------------------------------
+    def dim(self, d: Dim) -> ir.Value:
+        """``d`` as i64 (constants inline; symbolic dims computed once in the entry block)."""
+        if d.is_const:
+            return ir.Constant(I64, d.value)
+        value = self._dims.get(d)
+        if value is None:
+            value = self._dims[d] = dims.emit(self.head, d, self.params)
+        return value
+
+    def ptr(self, buf: Buffer) -> ir.Value:
+        """Typed pointer to the first element of ``buf``."""
+        buf = buf.resolve()
+        value = self._ptrs.get(buf)
+        if value is None:
+            raw = self.fn.args[self.buffers.index(buf)]
+            value = self._ptrs[buf] = self.head.bitcast(raw, STORAGE[buf.dtype].as_pointer())
+        return value
+
+    # -- memory ---------------------------------------------------------------------------------------
+    def offset(self, view: View, idx: Sequence[ir.Value]) -> ir.Value:
+        b = self.b
+        total = None if view.offset == 0 else self.dim(view.offset)
+        for i, stride in zip(idx, view.strides):
+            if stride == 0:
+                continue
+            term = i if stride == 1 else b.mul(i, self.dim(stride), flags=("nsw",))
+            total = term if total is None else b.add(total, term, flags=("nsw",))
+        return ir.Constant(I64, 0) if total is None else total
+
+    def address(self, buf: Buffer, view: View, idx: Sequence[ir.Value]) -> ir.Value:
+        return self.b.gep(self.ptr(buf), [self.offset(view, idx)], inbounds=True)
+
+    def load(self, buf: Buffer, view: View, idx: Sequence[ir.Value]) -> ir.Value:
+        return from_storage(self.b, self.b.load(self.address(buf, view, idx)), buf.dtype)
+
+    def store(self, buf: Buffer, view: View, idx: Sequence[ir.Value], value: ir.Value) -> None:
+        self.b.store(to_storage(self.b, value, buf.dtype), self.address(buf, view, idx))
+
+    # -- memo scopes ----------------------------------------------------------------------------------
+    def recall(self, key: tuple) -> ir.Value | None:
+        for scope in reversed(self._memo):
+            hit = scope.get(key)
+            if hit is not None:
+                return hit[0]
+        return None
+
+    def remember(self, key: tuple, value: ir.Value, keep: Any) -> None:
+        self._memo[-1][key] = (value, keep)  # ``keep`` holds the key's objects alive (the key uses ids)
+
+    @contextmanager
+    def scope(self) -> Iterator[None]:
+        """Values emitted inside (a loop body) are forgotten after it: they do not dominate later code."""
+        self._memo.append({})
+        try:
+            yield
+        finally:
+            self._memo.pop()
+
+    # -- run-time checks ------------------------------------------------------------------------------
+    def fail_if(self, cond: ir.Value) -> None:
+        """Flag the call as failed when ``cond`` (i1) holds; the launcher then raises E-SHAPE-GUARD."""
+        if self._err is None:
+            with self.head.goto_entry_block():
+                self.head.position_at_start(self.fn.entry_basic_block)
+                self._err = self.head.alloca(I1, name="err")
+            self.head.store(ir.Constant(I1, 0), self._err)
+        self.b.store(self.b.or_(self.b.load(self._err), cond), self._err)
+
+    def finish(self) -> ir.Function:
+        if self._err is not None:
+            with self.b.if_then(self.b.load(self._err)):
+                self.b.store(ir.Constant(I32, 1), self.status)
+        self.b.ret_void()
+        self.head.branch(self._body)
+        ir.IRBuilder(self._allocas).branch(self.head.block)
+        return self.fn
+
+    def call(self, fn: ir.Function, buffers: Sequence[Buffer], lo: ir.Value, hi: ir.Value) -> None:
+        """Call another kernel-signature function with this function's pointers for ``buffers``."""
+        args = [self.fn.args[self.buffers.index(b.resolve())] for b in buffers]
+        self.b.call(fn, [*args, *self.params.values(), lo, hi, self.status])
+
+
+@contextmanager
+def counted_loop(
+    fb: FnBuilder, start: ir.Value, stop: ir.Value, name: str, unroll: bool = True
+) -> Iterator[ir.Value]:
+    """``for i in range(start, stop)``; ``unroll=False`` tells LLVM not to unroll it (outer loops of a
+    nest: fully unrolling small constant outer loops multiplies the vectorised inner loop and costs
+    seconds of compile time for nothing)."""
+    b = fb.b
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    body = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
+    b.branch(head)
+    b.position_at_end(head)
+    index = b.phi(I64, name=name)
+    index.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", index, stop), body, done)
+    b.position_at_end(body)
+    yield index
+    index.add_incoming(b.add(index, ir.Constant(I64, 1), name=f"{name}.next", flags=("nsw",)), b.block)
+    back = b.branch(head)
+    if not unroll:
+        back.set_metadata("llvm.loop", fb.em.no_unroll())
+    b.position_at_end(done)
+
+
+def loop_nest(
+    fb: FnBuilder,
+    extents: Sequence[Dim],
+    body: Callable[[list[ir.Value]], None],
+    *,
+    split_outer: bool = False,
+    name: str = "i",
+) -> None:
+    """``for idx in ndindex(extents): body(idx)``, row-major; the outermost loop covers ``[lo, hi)``
+    of its range when ``split_outer`` (what a caller uses to hand halves to two threads). Only the
+    innermost loop may be unrolled (and is the one LLVM vectorises)."""
+
+    if split_outer and extents:
+        fb.split_extent = extents[0]
+
+    def level(k: int, idx: list[ir.Value]) -> None:
+        if k == len(extents):
+            body(idx)
+            return
+        extent = extents[k]
+        if extent == 1 and not (split_outer and k == 0):
+            level(k + 1, [*idx, ir.Constant(I64, 0)])
+            return
+        start: ir.Value = ir.Constant(I64, 0)
+        stop = fb.dim(extent)
+        if split_outer and k == 0:
+            start = fb.lo
+            stop = fb.b.select(fb.b.icmp_signed("<", fb.hi, stop), fb.hi, stop)
+        innermost = all(e == 1 for e in extents[k + 1 :])
+        with counted_loop(fb, start, stop, f"{name}{k}", unroll=innermost) as i, fb.scope():
+            level(k + 1, [*idx, i])
+
+    level(0, [])
+
+
+def accumulate(
+    fb: FnBuilder,
+    extents: Sequence[Dim],
+    init: Sequence[ir.Value],
+    step: Callable[[list[ir.Value], list[ir.Value]], Sequence[ir.Value]],
+) -> list[ir.Value]:
+    """Fold ``step(idx, accs) -> accs`` over ``ndindex(extents)`` (window loops inside one element)."""
+    slots = [Slot(fb.b, v.type, v) for v in init]
+
+    def body(idx: list[ir.Value]) -> None:
+        for slot, value in zip(slots, step(idx, [s.get() for s in slots])):
+            slot.set(value)
+
+    loop_nest(fb, extents, body, name="w")
+    return [s.get() for s in slots]
+
+
+class ModuleEmitter:
+    """The IR module of one region."""
+
+    def __init__(self, name: str, params: Sequence[str]) -> None:
+        self.module = ir.Module(name=name)
+        self.params = list(params)
+        self._counter = itertools.count()
+        self._disable = self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.unroll.disable")])
+
+    def no_unroll(self) -> ir.MDValue:
+        """A fresh (distinct) loop ID carrying ``llvm.loop.unroll.disable``."""
+        node = self.module.add_metadata([ir.MetaDataString(self.module, f"msvm.loop.{next(self._counter)}")])
+        node.operands = (node, self._disable)
+        return node
+
+    def function(self, prefix: str, buffers: Sequence[Buffer]) -> FnBuilder:
+        return FnBuilder(self, f"{prefix}{next(self._counter)}", buffers)
+
+    def entry(
+        self,
+        name: str,
+        inputs: Sequence[Buffer],
+        outputs: Sequence[Buffer],
+        calls: Sequence[tuple[Kernel, FnBuilder]],
+    ) -> None:
+        """Define ``name`` (raw data pointers) and ``name_obj`` (numpy array objects)."""
+        n_tensors = len(inputs) + len(outputs)
+        types = [I8P] * (n_tensors + 1) + [I64] * len(self.params)
+        fn = ir.Function(self.module, ir.FunctionType(I32, types), name=name)
+        fn.attributes.add("nounwind")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        args = list(fn.args)
+        bases: dict[Buffer, ir.Value] = {}
+        for buf, arg in zip([*inputs, *outputs], args):
+            arg.name = buf.name
+            bases[buf] = arg
+        arena = args[n_tensors]
+        arena.name = "arena"
+        params = args[n_tensors + 1 :]
+        for p, arg in zip(self.params, params):
+            arg.name = p
+        status = b.alloca(I32, name="status")
+        b.store(ir.Constant(I32, 0), status)
+        done = fn.append_basic_block("fail")
+        values = dict(zip(self.params, params))
+        for kernel, kfn in calls:
+            ptrs = [self._base(b, buf, bases, arena) for buf in kfn.buffers]
+            work = kernel.parallel_work()
+            if THREADS > 1 and work is not None and kfn.split_extent is not None and not _small(work):
+                self._split_call(b, kfn, ptrs, list(params), values, work, status)
+            else:
+                b.call(kfn.fn, [*ptrs, *params, ir.Constant(I64, 0), ir.Constant(I64, INT64_MAX), status])
+            if kernel.can_fail:
+                ok = fn.append_basic_block("ok")
+                b.cbranch(b.icmp_signed("!=", b.load(status), ir.Constant(I32, 0)), done, ok)
+                b.position_at_end(ok)
+        b.ret(ir.Constant(I32, 0))
+        b.position_at_end(done)
+        b.ret(b.load(status))
+        self._object_twin(fn, n_tensors)
+
+    def _split_call(
+        self,
+        b: ir.IRBuilder,
+        kfn: FnBuilder,
+        ptrs: list[ir.Value],
+        params: list[ir.Value],
+        values: dict[str, ir.Value],
+        work: Dim,
+        status: ir.Value,
+    ) -> None:
+        """Run ``kfn`` on the two halves of its outer loop, the second half on a new thread.
+
+        Big enough (``PARALLEL_MIN`` elements, checked at run time in bucket mode) or it runs inline; a
+        thread that cannot be created also means running inline. Per-thread scratch is offset for the
+        second thread.
+        """
+        extent = dims.emit(b, kfn.split_extent, values)
+        big = b.and_(
+            b.icmp_signed(">=", dims.emit(b, work, values), ir.Constant(I64, PARALLEL_MIN)),
+            b.icmp_signed(">=", extent, ir.Constant(I64, 2)),
+        )
+        mid = b.sdiv(b.add(extent, ir.Constant(I64, 1)), ir.Constant(I64, 2))
+        whole = [*ptrs, *params, ir.Constant(I64, 0), ir.Constant(I64, INT64_MAX), status]
+        with b.if_else(big) as (split, inline):
+            with split:
+                second = [_second_copy(b, p, buf) for p, buf in zip(ptrs, kfn.buffers)]
+                args = [*second, *params, mid, ir.Constant(I64, INT64_MAX), status]
+                frame = b.alloca(I64, len(args), name="frame")
+                for i, value in enumerate(args):
+                    slot = b.gep(frame, [ir.Constant(I64, i)])
+                    b.store(b.ptrtoint(value, I64) if value.type.is_pointer else value, slot)
+                tid = b.alloca(I64, name="tid")
+                started = b.call(
+                    _pthread(self.module, "pthread_create"),
+                    [tid, ir.Constant(I8P, None), self._thunk(kfn), b.bitcast(frame, I8P)],
+                )
+                b.call(kfn.fn, [*ptrs, *params, ir.Constant(I64, 0), mid, status])
+                with b.if_else(b.icmp_signed("==", started, ir.Constant(I32, 0))) as (joined, failed):
+                    with joined:
+                        no_result = ir.Constant(I8P.as_pointer(), None)
+                        b.call(_pthread(self.module, "pthread_join"), [b.load(tid), no_result])
+                    with failed:
+                        b.call(kfn.fn, args)
+            with inline:
+                b.call(kfn.fn, whole)
+
+    def _thunk(self, kfn: FnBuilder) -> ir.Function:
+        """``void* thunk(void* frame)``: call ``kfn`` with the arguments stored in ``frame`` (i64 each)."""
+        fn = ir.Function(self.module, ir.FunctionType(I8P, [I8P]), name=f"{kfn.fn.name}_thread")
+        fn.linkage = "internal"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        frame = b.bitcast(fn.args[0], I64.as_pointer())
+        args = []
+        for i, typ in enumerate(kfn.fn.function_type.args):
+            raw = b.load(b.gep(frame, [ir.Constant(I64, i)]))
+            args.append(b.inttoptr(raw, typ) if typ.is_pointer else raw)
+        b.call(kfn.fn, args)
+        b.ret(ir.Constant(I8P, None))
+        return fn
+
+    @staticmethod
+    def _base(b: ir.IRBuilder, buf: Buffer, bases: dict[Buffer, ir.Value], arena: ir.Value) -> ir.Value:
+        if buf in bases:
+            return bases[buf]
+        if buf.kind == "arena":
+            value = b.gep(arena, [ir.Constant(I64, buf.offset)], inbounds=True)
+        elif buf.kind == "const":
+            value = ir.Constant(I64, buf.array.ctypes.data).inttoptr(I8P)
+        else:
+            raise AssertionError(f"buffer {buf} has no base pointer")
+        bases[buf] = value
+        return value
+
+    def _object_twin(self, main: ir.Function, n_tensors: int) -> None:
+        fn = ir.Function(self.module, main.function_type, name=f"{main.name}_obj")
+        fn.attributes.add("nounwind")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        args = list(fn.args)
+        offset = DATA_OFFSET if DATA_OFFSET is not None else 16
+        for i in range(n_tensors):
+            slot = b.bitcast(b.gep(args[i], [ir.Constant(I64, offset)], inbounds=True), I8P.as_pointer())
+            args[i] = b.load(slot)
+        b.ret(b.call(main, args))

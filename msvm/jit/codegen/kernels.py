@@ -1,0 +1,68 @@
+"""The kernel protocol: one materialising step of a region (a fused loop nest, a GEMM call, …).
+
+The plan is a list of kernels in execution order. Each one says which buffers it reads and writes
+(the memory planner's lifetimes come from that), which arena scratch it needs for its own duration,
+whether its outer loop may be split across threads, and emits one function with the standard
+kernel signature (``emit.FnBuilder``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ...shapes import Dim
+from .buffers import Buffer
+from .nodes import Expr, loads, walk
+
+if TYPE_CHECKING:
+    from .emit import FnBuilder, ModuleEmitter
+
+# Threads a large kernel's outer loop is split over (this machine: 2 cores; BLAS threads its own GEMMs).
+THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+# Elements below which a kernel runs on one thread (starting a thread costs tens of microseconds).
+PARALLEL_MIN = 1 << 18
+
+
+class Kernel:
+    can_fail = False  # sets the status word (run-time index checks)
+
+    def reads(self) -> list[Buffer]:
+        raise NotImplementedError
+
+    def writes(self) -> list[Buffer]:
+        raise NotImplementedError
+
+    def scratch(self) -> list[Buffer]:
+        """Arena buffers used only while this kernel runs."""
+        return []
+
+    def parallel_work(self) -> Dim | None:
+        """Elements processed, when distinct outer-loop indices write distinct outputs (so the outer loop
+        may be split across threads); None when it must run on one thread."""
+        return None
+
+    def inplace_source(self) -> Expr | None:
+        """The expression whose identity-indexed loads may share memory with the output, if any."""
+        return None
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def emit(self, em: ModuleEmitter) -> FnBuilder:
+        raise NotImplementedError
+
+
+def expr_buffers(*exprs: Expr | None) -> list[Buffer]:
+    """Buffers read by ``exprs`` (in first-seen order)."""
+    out: dict[Buffer, None] = {}
+    for expr in exprs:
+        if expr is not None:
+            for load in loads(expr):
+                out[load.buffer] = None
+    return list(out)
+
+
+def has_checks(*exprs: Expr | None) -> bool:
+    """Does evaluating ``exprs`` run checks that can fail (gather indices, roi batch indices)?"""
+    return any(getattr(node, "checks", False) for e in exprs if e is not None for node in walk(e))

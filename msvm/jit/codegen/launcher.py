@@ -1,0 +1,220 @@
+"""The Python-side caller of a compiled region: check the inputs, allocate outputs, call native code.
+
+Launch cost is the point (a region of tiny ops must cost a few microseconds), so the launcher is a
+generated Python function specialised to the region: exact-mode shapes are compared as tuples,
+bucket-mode symbols are read straight from ``shape`` and every guard, output shape and returned
+scalar is a pre-compiled integer function of the params. Arrays are passed as ``id(arr)`` — the
+native twin reads numpy's data pointer from the object — because ``arr.ctypes.data`` costs about a
+microsecond per array. Only names are spelled into the source; every value (dtypes, shapes,
+functions) is bound through the function's globals.
+
+Anything that does not fit the compiled code — a wrong dtype, a shape outside the bucket or a
+violated guard, a run-time check failing inside the native code — raises ``ShapeError`` with code
+``E-SHAPE-GUARD``; the runtime then runs the region interpreted, which reports user-facing errors.
+Non-contiguous inputs are copied to contiguous ones first. Outputs are fresh arrays; the arena comes
+from a free list, so concurrent calls (ctypes releases the GIL) never share one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import ShapeError
+from ...shapes import Dim
+from . import dims
+from .emit import DATA_OFFSET
+from .plan import Plan
+
+CODE = "E-SHAPE-GUARD"
+ALIGN = 64
+
+
+def guard_error(message: str) -> ShapeError:
+    return ShapeError(message, code=CODE, hint="the region runs interpreted for these inputs")
+
+
+def _prepare_array(arg: int, dtype: np.dtype) -> Callable[[Any], np.ndarray]:
+    def prepare(value: Any) -> np.ndarray:
+        if not isinstance(value, np.ndarray):
+            raise guard_error(f"argument #{arg} is a {type(value).__name__}, not a numpy array")
+        if value.dtype.name != dtype.name:
+            raise guard_error(f"argument #{arg} has dtype {value.dtype.name}, compiled for {dtype.name}")
+        return np.ascontiguousarray(value, dtype=dtype)
+
+    return prepare
+
+
+def _prepare_int(arg: int) -> Callable[[Any], int]:
+    def prepare(value: Any) -> int:
+        if isinstance(value, (bool, np.bool_)):
+            raise guard_error(f"argument #{arg} is a bool, not an int")
+        try:
+            return operator.index(value)
+        except TypeError:
+            raise guard_error(f"argument #{arg} is a {type(value).__name__}, not an int") from None
+
+    return prepare
+
+
+class ArenaPool:
+    """Arenas of one size handed out to one call at a time (list pop/append are atomic)."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.free: list[tuple[np.ndarray, int]] = []
+
+    def new(self) -> tuple[np.ndarray, int]:
+        raw = np.empty(self.nbytes + ALIGN, np.uint8)
+        base = raw.ctypes.data
+        return raw, base + (-base) % ALIGN
+
+
+def build_launcher(
+    plan: Plan, n_args: int, arena_bytes: int, address: int, address_obj: int, keep: Sequence[Any]
+) -> Callable[..., Any]:
+    """The launcher for a plan whose entry points are at ``address`` (raw) / ``address_obj`` (objects)."""
+    by_object = DATA_OFFSET is not None
+    n_tensors = len(plan.inputs) + len(plan.outputs)
+    proto = ctypes.CFUNCTYPE(
+        ctypes.c_int32, *([ctypes.c_void_p] * (n_tensors + 1)), *([ctypes.c_int64] * len(plan.params))
+    )
+    fn = proto(address_obj if by_object else address)
+    pool = ArenaPool(arena_bytes)
+    params = plan.params
+    pnames = {p: f"p{i}" for i, p in enumerate(params)}
+    env: dict[str, Any] = {
+        "ND": np.ndarray,
+        "EMPTY": np.empty,
+        "FN": fn,
+        "FAIL": _fail,
+        "KEEP": tuple(keep),
+        "POP": pool.free.pop,
+        "PUSH": pool.free.append,
+        "NEWARENA": pool.new,
+        "GUARD": guard_error,
+        "INT": int,
+    }
+    args = [f"a{i}" for i in range(n_args)]
+    lines = [f"def launch({', '.join(args)}):"]
+    emit = lines.append
+
+    # scalar arguments bind first (as in the interpreter); input dims then bind or check the symbols
+    for arg, symbol in sorted(plan.scalar_args.items()):
+        env[f"PINT{arg}"] = _prepare_int(arg)
+        emit(f"    {pnames[symbol]} = a{arg} if type(a{arg}) is INT else PINT{arg}(a{arg})")
+    bound: set[str] = set(plan.scalar_args.values())
+    later: list[tuple[str, int, Dim]] = []
+    for buf in plan.inputs:  # arrays: type, dtype, layout, then their dims bind or check the symbols
+        a = f"a{buf.index}"
+        spec, dtype = plan.input_specs[buf.index]
+        env[f"D{buf.index}"] = np.dtype(dtype)
+        env[f"PREP{buf.index}"] = _prepare_array(buf.index, np.dtype(dtype))
+        emit(f"    if type({a}) is not ND or {a}.dtype is not D{buf.index} or not {a}.flags.c_contiguous:")
+        emit(f"        {a} = PREP{buf.index}({a})")
+        if plan.exact:
+            env[f"S{buf.index}"] = tuple(d.value for d in spec)
+            emit(f"    if {a}.shape != S{buf.index}:")
+            emit(
+                f"        raise GUARD('argument #{buf.index} has shape ' + str({a}.shape) + ', compiled for "
+                f"' + str(S{buf.index}))"
+            )
+            continue
+        emit(f"    s = {a}.shape")
+        emit(f"    if len(s) != {len(spec)}:")
+        emit(f"        raise GUARD('argument #{buf.index} rank ' + str(len(s)) + ' is not {len(spec)}')")
+        for j, d in enumerate(spec):
+            if d.is_const:
+                emit(f"    if s[{j}] != {d.value}:")
+                emit(
+                    f"        raise GUARD('argument #{buf.index} dim {j}: ' + str(s[{j}]) + ' != {d.value}')"
+                )
+            elif d.is_symbol and d.name not in bound:
+                bound.add(d.name)
+                emit(f"    {pnames[d.name]} = s[{j}]")
+            else:
+                later.append((a, j, d))
+    for k, (a, j, d) in enumerate(later):
+        env[f"E{k}"] = dims.evaluator([d], params)
+        emit(f"    if {a}.shape[{j}] != E{k}({', '.join(pnames.values())})[0]:")
+        emit(f"        raise GUARD('argument {a[1:]} dim {j} does not match {d}')")
+    pargs = ", ".join(pnames.values())
+    for p in params:  # the arena and the 32-bit BLAS ints are sized for the bounds
+        hi = plan.ranges[p][1]
+        if hi != np.inf:
+            emit(f"    if {pnames[p]} > {int(hi)}:")
+            emit(f"        raise GUARD('{p} = ' + str({pnames[p]}) + ' is above the bucket bound {int(hi)}')")
+    guards = [g for g in plan.guards if not _static(g)]
+    if guards:
+        env["GUARDS"] = guards
+        env["GV"] = dims.evaluator([d for g in guards for d in (g.a, g.b)], params)
+        env["GBROAD"] = tuple(g.broadcast for g in guards)
+        emit(f"    gv = GV({pargs})")
+        emit("    for i in range(0, len(gv), 2):")
+        emit("        if gv[i] != gv[i + 1] and not (GBROAD[i // 2] and gv[i + 1] == 1):")
+        emit("            raise GUARD('run-time check failed: ' + str(GUARDS[i // 2]))")
+
+    # outputs, arena, call
+    outs = []
+    for buf in plan.outputs:
+        env[f"OD{buf.index}"] = np.dtype(buf.dtype)
+        if plan.exact:
+            env[f"OS{buf.index}"] = tuple(d.value for d in buf.shape)
+            emit(f"    o{buf.index} = EMPTY(OS{buf.index}, OD{buf.index})")
+        else:
+            env[f"OS{buf.index}"] = dims.evaluator(buf.shape, params)
+            emit(f"    o{buf.index} = EMPTY(OS{buf.index}({pargs}), OD{buf.index})")
+        outs.append(f"o{buf.index}")
+    ptr = (lambda v: f"id({v})") if by_object else (lambda v: f"{v}.ctypes.data")
+    tensors = [ptr(f"a{b.index}") for b in plan.inputs] + [ptr(o) for o in outs]
+    if arena_bytes:
+        emit("    try:")
+        emit("        ar = POP()")
+        emit("    except IndexError:")
+        emit("        ar = NEWARENA()")
+        call = f"FN({', '.join([*tensors, 'ar[1]', *pnames.values()])})"
+        emit(f"    rc = {call}")
+        emit("    PUSH(ar)")
+    else:
+        emit(f"    rc = FN({', '.join([*tensors, 'None', *pnames.values()])})")
+    emit("    if rc:")
+    emit("        FAIL(rc)")
+
+    values = []
+    for k, ret in enumerate(plan.returns):
+        if ret.buffer is not None:
+            values.append(f"o{ret.buffer.index}")
+        elif ret.scalar.is_const:
+            values.append(str(ret.scalar.value))
+        else:
+            env[f"R{k}"] = dims.evaluator([ret.scalar], params)
+            values.append(f"R{k}({pargs})[0]")
+    if not values:
+        emit("    return None")
+    elif len(values) == 1:
+        emit(f"    return {values[0]}")
+    else:
+        emit(f"    return ({', '.join(values)})")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, "<msvm-launcher>", "exec"), env)
+    launch = env["launch"]
+    launch.source = source
+    return launch
+
+
+def _static(guard: Any) -> bool:
+    """A guard that holds for every binding (both sides the same constant)."""
+    return (
+        guard.a.is_const and guard.b.is_const and (guard.a == guard.b or (guard.broadcast and guard.b == 1))
+    )
+
+
+def _fail(rc: int) -> None:
+    raise guard_error(
+        "a run-time check in the compiled code failed (an index out of range, an empty "
+        f"reduction, or a batch index outside the batch; status {rc})"
+    )

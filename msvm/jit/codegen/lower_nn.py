@@ -1,0 +1,289 @@
+"""Lowering of the nn ops (torch.nn.functional semantics, NCHW) onto expressions and kernels.
+
+Convolutions become im2col + BLAS GEMM per image (``ConvKernel``) when the GEMM is worth it, and a
+direct per-element loop (``DirectConv2d``, fusable) for depthwise, tiny or non-BLAS cases; the bias
+stays a lazy add so activations and residuals fuse after it. batch_norm is elementwise with
+per-channel scale and shift (folded to constants when the statistics are constants, as the
+reference computes them); layer_norm is a lazy row result (epilogues fuse), group_norm a row
+kernel over [N, G, C/G, spatial]. Attention is two GEMMs around a safe-softmax row kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ...ops.conv import conv_padding
+from ...ops.registry import OpDef, TensorType
+from ...shapes import as_dim
+from . import views
+from .emit_layout import Gather
+from .emit_linalg import ConvGeometry, ConvKernel
+from .emit_nn import AdaptiveAvgPool2d, DirectConv2d, Pool2d, ResizeBilinear, ResizeNearest, RoiAlign
+from .emit_reduce import RowKernel, RowSpec
+from .errors import LoweringError
+from .lower_core import BLAS_MIN_FLOPS, broadcast_batch, cast_to, matmul
+from .nodes import Const, Expr, Index, Load, Map
+from .plan import Planner
+from .registry import lowers, refuses
+from .views import Shape, View
+
+DIRECT_MAX_TAPS = 16  # per-output work below which a convolution is evaluated directly
+
+
+def _shape(t: TensorType) -> Shape:
+    return tuple(t.shape)
+
+
+def _batched(x: Expr) -> tuple[Expr, bool]:
+    """NCHW view of torch's unbatched CHW input (and whether it was unbatched)."""
+    if len(x.shape) == 3:
+        return x.relayout(views.unsqueeze(x.shape, 0)), True
+    return x, False
+
+
+def _unbatch(y: Expr, unbatched: bool) -> Expr:
+    return y.relayout(views.squeeze(y.shape, [0])) if unbatched else y
+
+
+# -- convolution ---------------------------------------------------------------------------------------
+
+
+@refuses("conv2d")
+def _conv_refusal(attrs: dict, input_types: Any) -> str | None:
+    weight = input_types[1]
+    if not (weight.shape[2].is_const and weight.shape[3].is_const):
+        return "conv2d kernel sizes must be constants to generate code"
+    return None
+
+
+@lowers("conv2d")
+def _conv2d(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
+    x, unbatched = _batched(ctx.ready(inputs[0]))
+    w = ctx.ready(inputs[1])
+    t = out[0]
+    full = _shape(t) if not unbatched else (as_dim(1), *_shape(t))
+    n, c, h, wd = x.shape
+    c_out, c_group, kh, kw = w.shape
+    pads = conv_padding(attrs["padding"], (kh.value, kw.value), attrs["dilation"])
+    geo = ConvGeometry(
+        n,
+        c,
+        h,
+        wd,
+        c_out,
+        kh.value,
+        kw.value,
+        full[2],
+        full[3],
+        tuple(attrs["stride"]),
+        tuple(int(lo) for lo, _ in pads),
+        tuple(attrs["dilation"]),
+        attrs["groups"],
+    )
+    entry = ctx.gemm_entry(t.dtype)
+    taps = c_group * (kh.value * kw.value)
+    work = full[0] * c_out * full[2] * full[3] * taps
+    direct = (
+        entry is None
+        or (taps.is_const and taps.value <= DIRECT_MAX_TAPS)
+        or geo.out_group == 1
+        or (work.is_const and work.value < BLAS_MIN_FLOPS)
+    )
+    if direct:
+        y: Expr = DirectConv2d(x, w, geo)
+    else:
+        weight = w if _dense(w) else ctx.materialize(w)
+        pointwise = geo.pointwise and _dense(x)
+        cols = (
+            None
+            if pointwise
+            else ctx.new_buffer((c * (kh.value * kw.value), full[2] * full[3]), t.dtype, "cols")
+        )
+        dest = ctx.result_buffer(full, t.dtype)
+        ctx.add(ConvKernel(x, weight, dest, geo, entry, cols))
+        y = Load(dest, View.contiguous(full))
+    if len(inputs) == 3:
+        bias = inputs[2].relayout(views.reshape(inputs[2].shape, (c_out, as_dim(1), as_dim(1))))
+        y = ctx.map("add", [y, bias], t.dtype, full)
+    return _unbatch(y, unbatched)
+
+
+def _dense(x: Expr) -> bool:
+    return isinstance(x, Load) and x.view == View.contiguous(x.buffer.shape)
+
+
+# -- normalisation -------------------------------------------------------------------------------------
+
+
+def _channel(ctx: Planner, v: Expr, shape: Shape) -> Expr:
+    """A per-channel [C] vector lined up with dim 1 of ``shape`` and broadcast to it."""
+    lined = v.relayout(views.reshape(v.shape, (v.shape[0],) + (as_dim(1),) * (len(shape) - 2)))
+    return ctx.broadcast(lined, shape)
+
+
+@lowers("batch_norm")
+def _batch_norm(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
+    x, t = inputs[0], out[0]
+    shape = x.shape
+    params = [ctx.constant_value(e) for e in inputs[1:]]
+    typ = np.dtype(t.dtype).type
+    if all(p is not None for p in params):  # the reference's own per-channel arithmetic, done now
+        mean, var = params[0], params[1]
+        scale = 1 / np.sqrt(var + typ(attrs["eps"]))
+        if len(params) > 2:
+            scale = scale * params[2]
+        shift = -mean * scale
+        if len(params) > 3:
+            shift = shift + params[3]
+        scale_e, shift_e = ctx.constant_expr(np.asarray(scale)), ctx.constant_expr(np.asarray(shift))
+    else:
+        c = (x.shape[1],)
+        mean, var = inputs[1], inputs[2]
+        std = Map("sqrt", [Map("add", [var, Const(attrs["eps"], t.dtype, c)], t.dtype)], t.dtype)
+        scale_e = Map("div", [Const(1.0, t.dtype, c), std], t.dtype)
+        if len(inputs) > 3:
+            scale_e = Map("mul", [scale_e, inputs[3]], t.dtype)
+        shift_e = Map("mul", [Map("neg", [mean], t.dtype), scale_e], t.dtype)
+        if len(inputs) > 4:
+            shift_e = Map("add", [shift_e, inputs[4]], t.dtype)
+    y = Map("mul", [x, _channel(ctx, scale_e, shape)], t.dtype)
+    return Map("add", [y, _channel(ctx, shift_e, shape)], t.dtype)
+
+
+@lowers("layer_norm")
+def _layer_norm(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
+    x, *params = (ctx.ready(e) for e in inputs)
+    k = len(attrs["normalized_shape"])
+    weight = ctx.broadcast(params[0], x.shape) if params else None
+    bias = ctx.broadcast(params[1], x.shape) if len(params) > 1 else None
+    return RowSpec("norm", x, k, eps=attrs["eps"], weight=weight, bias=bias).result
+
+
+@lowers("group_norm")
+def _group_norm(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
+    inputs = [ctx.ready(e) for e in inputs]
+    x, t = inputs[0], out[0]
+    groups = attrs["num_groups"]
+    n, c = x.shape[:2]
+    spatial = as_dim(1)
+    for d in x.shape[2:]:
+        spatial = spatial * d
+    space = (n, as_dim(groups), c // groups, spatial)
+    src = ctx.reshape(x, space)
+
+    def per_channel(v: Expr) -> Expr:
+        return ctx.broadcast(ctx.reshape(v, (as_dim(1), as_dim(groups), c // groups, as_dim(1))), space)
+
+    weight = per_channel(inputs[1]) if len(inputs) > 1 else None
+    bias = per_channel(inputs[2]) if len(inputs) > 2 else None
+    spec = RowSpec("norm", src, 2, eps=attrs["eps"], weight=weight, bias=bias)
+    dest = ctx.result_buffer(space, t.dtype)
+    scratch = ctx.new_buffer(spec.row_shape, t.dtype, "row") if spec.needs_scratch() else None
+    ctx.add(RowKernel(spec, spec.result, dest, View.contiguous(space), scratch))
+    return Load(dest, View.contiguous(_shape(t)))
+
+
+# -- pooling and resizing ------------------------------------------------------------------------------
+
+
+@lowers("max_pool2d", "avg_pool2d")
+def _pool(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
+    x, unbatched = _batched(inputs[0])
+    out_hw = _shape(out[0])[-2:]
+    kernel = tuple(attrs["kernel_size"])
+    stride = tuple(attrs["stride"] or kernel)
+    if op.name == "max_pool2d":
+        y = Pool2d(x, "max", out_hw, kernel, stride, tuple(attrs["padding"]), tuple(attrs["dilation"]))
+    else:
+        y = Pool2d(
+            x,
+            "avg",
+            out_hw,
+            kernel,
+            stride,
+            tuple(attrs["padding"]),
+            (1, 1),
+            attrs["count_include_pad"],
+            attrs["divisor_override"],
+        )
+    return _unbatch(y, unbatched)
+
+
+@lowers("adaptive_avg_pool2d")
+def _adaptive(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
+    x, unbatched = _batched(inputs[0])
+    return _unbatch(AdaptiveAvgPool2d(x, _shape(out[0])[-2:]), unbatched)
+
+
+def _scales(attrs: dict) -> tuple[float | None, float | None]:
+    scale = attrs.get("scale_factor")
+    return (None, None) if scale is None else (scale[0], scale[1])
+
+
+@lowers("resize_nearest")
+def _resize_nearest(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
+    return ResizeNearest(inputs[0], _shape(out[0])[2:], _scales(attrs))
+
+
+@lowers("resize_bilinear")
+def _resize_bilinear(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
+    return ResizeBilinear(inputs[0], _shape(out[0])[2:], _scales(attrs), attrs["align_corners"])
+
+
+@lowers("roi_align")
+def _roi_align(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
+    return RoiAlign(
+        inputs[0],
+        inputs[1],
+        attrs["output_size"],
+        attrs["spatial_scale"],
+        attrs["sampling_ratio"],
+        attrs["aligned"],
+    )
+
+
+@lowers("embedding")
+def _embedding(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
+    indices, weight = inputs
+    return Gather(weight, indices, 0, negative_wraps=False)
+
+
+# -- attention -----------------------------------------------------------------------------------------
+
+
+@lowers("scaled_dot_product_attention")
+def _sdpa(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
+    q, k, v = inputs[:3]
+    t = out[0]
+    dtype = t.dtype
+    length, embed = q.shape[-2:]
+    source = k.shape[-2]
+    kt = k.relayout(views.permute(k.shape, [*range(len(k.shape) - 2), len(k.shape) - 1, len(k.shape) - 2]))
+    batch = broadcast_batch(q.shape[:-2], k.shape[:-2])
+    scores = matmul(ctx, q, kt, dtype, (*batch, length, source))
+    if attrs["scale"] is None:
+        if not embed.is_const:
+            raise LoweringError("the feature dim E must be a constant when scale is None")
+        factor = float(np.dtype(dtype).type(1 / math.sqrt(embed.value)))
+    else:
+        factor = float(np.dtype(dtype).type(attrs["scale"]))
+    full = (*batch, length, source)
+    if len(inputs) == 4:
+        mask = inputs[3]
+        full = (*broadcast_batch(batch, mask.shape[:-2]), length, source)
+    p: Expr = ctx.map("mul", [scores, Const(factor, dtype, scores.shape)], dtype, full)
+    neg_inf = Const(float("-inf"), dtype, full)
+    if attrs["is_causal"]:
+        rank = len(full)
+        keep = Map("less_equal", [Index(rank - 1, full), Index(rank - 2, full)], "bool")
+        p = Map("where", [keep, p, neg_inf], dtype)
+    elif len(inputs) == 4:
+        if mask.dtype == "bool":
+            p = ctx.map("where", [mask, p, neg_inf], dtype, full)
+        else:
+            p = ctx.map("add", [p, cast_to(mask, dtype)], dtype, full)
+    weights = RowSpec("safe_softmax", ctx.ready(p), 1).result
+    return matmul(ctx, weights, v, dtype, _shape(t))

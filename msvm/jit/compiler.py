@@ -1,0 +1,205 @@
+"""The background compiler: one thread that turns queued cache entries into native code.
+
+Why a thread *and* a process: the thread keeps compiling off the execution thread, which only enqueues
+and keeps interpreting; LLVM runs in the compile worker process (``msvm.native.worker``), so an LLVM
+crash or hang costs one compile, not the user's Python process or Jupyter kernel. A crash, a timeout
+(``ms.set_context(compile_timeout_ms=…)``: the worker is killed and restarted) or any exception of the
+code generator marks the entry ``fallback`` with the reason; its region keeps running interpreted and
+is not compiled again for that key. The Python half of code generation runs on this thread and
+cannot be killed, so the timeout bounds the LLVM half only.
+
+Phases, each timed and visible (``phase_ms``, monitor ``phase`` events, trace events of mode
+"compile" when tracing): ``queue`` (waiting), ``region`` (the standalone region function, verified),
+the code generator's own phases, and ``install`` (the hot-patch).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..context import CONTEXT
+from ..native.worker import INJECTIONS, CompileWorker
+from ..observe.trace import TRACE, TraceEvent
+from ..verifier import verify_module
+from .cache import Entry
+from .stats import EVENTS, hit_rate
+
+_IDLE_TICK_S = 1.0  # how often an idle compiler samples the hit rate for the monitor
+
+
+class _Worker:
+    """The compile worker as the code generator sees it: our timeout, and a fault injected for a test."""
+
+    def __init__(self, worker: CompileWorker, inject: str | None) -> None:
+        self._worker = worker
+        self._inject = inject
+
+    def compile(self, ir: str, timeout_s: float | None = None, **options: Any) -> Any:
+        del timeout_s  # compile_timeout_ms decides
+        if self._inject is not None:
+            options["inject"] = self._inject
+        return self._worker.compile(ir, CONTEXT.compile_timeout_ms / 1000.0, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._worker, name)
+
+
+class CompilerThread:
+    """A FIFO of entries compiled one at a time on a daemon thread (started on the first compile)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._queue: deque[Entry] = deque()
+        self._busy = False
+        self._thread: threading.Thread | None = None
+        self._worker: CompileWorker | None = None
+        self._backend: Callable[..., Any] | None = None
+        self._fault: str | None = None
+        self._sampled: float | None = None
+        EVENTS.wake = self.wake
+
+    # -- the execution thread's side -------------------------------------------------------------
+    def submit(self, entry: Entry) -> None:
+        """Enqueue ``entry`` (each entry is created once per cache key, so the queue has no duplicates)."""
+        with self._cv:
+            self._queue.append(entry)
+            self._start()
+            self._cv.notify_all()
+        EVENTS.publish("queued", entry.name, function=entry.function, region=entry.region,
+                       reason=entry.reason)
+
+    def wake(self) -> None:
+        with self._cv:
+            self._start()
+            self._cv.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is queued or compiling; False when ``timeout`` (s) passed first."""
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._queue and not self._busy, timeout)
+
+    def reset(self) -> None:
+        """Forget queued entries (a compile in flight finishes, but its region no longer installs it)."""
+        with self._cv:
+            self._queue.clear()
+            self._cv.notify_all()
+
+    # -- test hooks -------------------------------------------------------------------------------
+    def _inject_fault(self, kind: str | None) -> None:
+        """The next compile's worker request fails: "crash", "hang" or "error" (None: no fault)."""
+        if kind is not None and kind not in INJECTIONS:
+            raise ValueError(f"fault must be one of {INJECTIONS} or None, got {kind!r}")
+        self._fault = kind
+
+    def _use_backend(self, backend: Callable[..., Any] | None) -> None:
+        """Compile with ``backend`` (compile_region's signature) instead of the code generator."""
+        self._backend = backend
+
+    # -- the compiler thread ----------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="msvm-jit-compiler", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                if not self._queue and not EVENTS.has_pending and not self._cv.wait(_IDLE_TICK_S):
+                    self._sample()
+                entry = self._queue.popleft() if self._queue else None
+                self._busy = entry is not None
+            EVENTS.dispatch()
+            if entry is None:
+                continue
+            try:
+                self._compile(entry)
+            finally:
+                self._sample()
+                EVENTS.dispatch()  # subscribers have seen the outcome before waiters wake
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+    def _sample(self) -> None:
+        rate = hit_rate()
+        if rate != self._sampled:
+            self._sampled = rate
+            EVENTS.publish("hit-rate", None, rate=rate)
+
+    def _compile(self, entry: Entry) -> None:
+        region = entry.owner
+        start = time.perf_counter_ns()
+        if entry.generation != region.generation:
+            return  # dropped by ms.vm.reset() while it waited
+        entry.phase_ms["queue"] = (start - entry.queued_ns) / 1e6
+        fault, self._fault = self._fault, None
+        entry.status = "compiling"
+        EVENTS.publish("started", entry.name, function=entry.function, region=entry.region)
+        try:
+            with self._phase(entry, "region"):
+                module, name, bounds = region.build(entry)
+                entry.module, entry.bounds = module, bounds
+                verify_module(module)
+            t0 = time.perf_counter_ns()
+            with self._phase(entry, "compile", record=False):
+                compiled = self._compile_region(module, name, entry, bounds, fault)
+            wall_ms = (time.perf_counter_ns() - t0) / 1e6
+            for phase, ms in compiled.phase_ms.items():
+                entry.phase_ms[phase] = ms
+                EVENTS.publish("phase", entry.name, phase=phase, ms=ms)
+            entry.phase_ms["worker"] = max(0.0, wall_ms - sum(compiled.phase_ms.values()))
+            entry.compiled = compiled
+            entry.code_bytes = compiled.code_bytes
+            entry.planned_bytes = compiled.lowered.planned_bytes
+            entry.naive_bytes = compiled.lowered.naive_bytes
+            with self._phase(entry, "install"):
+                installed = region.install(entry, compiled)
+        except Exception as exc:  # any failure of a compile is a fallback, never the user's problem
+            entry.compile_ms = (time.perf_counter_ns() - start) / 1e6
+            entry.phase = None
+            if entry.generation != region.generation:
+                return  # dropped by ms.vm.reset() while it compiled
+            region.fail(entry, f"{type(exc).__name__}: {exc}")
+            EVENTS.publish("fallback", entry.name, function=entry.function, region=entry.region,
+                           reason=entry.reason)
+            return
+        entry.compile_ms = (time.perf_counter_ns() - start) / 1e6
+        entry.phase = None
+        if installed:
+            EVENTS.publish("installed", entry.name, function=entry.function, region=entry.region,
+                           compile_ms=entry.compile_ms)
+
+    def _compile_region(self, module: Any, name: str, entry: Entry, bounds: dict[str, int], fault: str | None
+                        ) -> Any:
+        backend = self._backend
+        if backend is None:
+            from .codegen import compile_region as backend
+        if self._worker is None:
+            self._worker = CompileWorker()
+        return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
+                       via_worker=_Worker(self._worker, fault), bounds=bounds or None)
+
+    @contextmanager
+    def _phase(self, entry: Entry, phase: str, record: bool = True) -> Iterator[None]:
+        entry.phase = phase
+        EVENTS.publish("phase", entry.name, phase=phase, started=True)
+        t0 = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            t1 = time.perf_counter_ns()
+            if record:
+                entry.phase_ms[phase] = (t1 - t0) / 1e6
+            if TRACE.enabled:
+                TRACE.record(TraceEvent(entry.function, entry.address, "COMPILE", phase, entry.name, t0,
+                                        t1 - t0, threading.get_ident(), "compile", None))
+
+
+COMPILER = CompilerThread()
+
+__all__ = ["COMPILER", "CompilerThread"]

@@ -1,0 +1,433 @@
+"""The interpreter-facing side of the JIT: region dispatch in generated code, hotness, and hot-patching.
+
+Why a jump table per region: the execution thread must never wait for the compiler. At every region
+entry the generated interpreter computes the region's run-time key (shapes and scalars, no calls)
+and looks it up in the region's jump table; the compiler thread hot-patches native code in by
+inserting the key (a single dict store, atomic under the GIL), so the next region entry runs native
+code. A miss calls into this module, which counts hotness, enqueues a compile once a cache key is
+hot, and serves bucket entries to new keys of a compiled bucket. The generated code for a region
+(``jk3``/``jf3`` are region 3's key and launcher)::
+
+    jk3 = (r0.shape, r1)
+    jf3 = J3.get(jk3) or MISS3(jk3)   # launcher, or None (interpret and time it), or False
+    if jf3:
+        try:
+            r5, r9 = jf3(r0, r1)      # native code; then constants, detached scalar lines, deletions
+        except REGION_MISS:
+            jf3 = GUARD3(jk3)         # refused: run interpreted
+    if not jf3:
+        jt3 = NOW() if jf3 is None else 0
+        r5 = K4(r0)                   # the region's interpreted lines, unchanged
+        ...
+        if jt3:
+            DONE3(jk3, jt3)           # interpreted time, for the amortisation account
+
+Native code may refuse a call it does not fit (a bucket guard, a check inside the code fails: the
+launcher raises ``E-SHAPE-GUARD``): the native call sits in ``try``/``except REGION_MISS`` (free in
+CPython 3.11 until something is raised), the call runs interpreted — which reports any user-facing
+error — and a key refused three times stays interpreted.
+Regions that can never compile (no op call, SCD below the threshold) get no dispatch at all, so a
+function without compilable regions runs exactly the code the interpreter generated before the JIT.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..context import CONTEXT, on_change
+from ..errors import JitError, ShapeError
+from ..observe.trace import TRACE, TraceEvent
+from .cache import CACHE, CachePolicy, Entry, JitSettings, KeyPlan, plan_keys, region_digest
+from .compiler import COMPILER
+from .regions import Region, RegionIO, build_function, def_use, default_can_lower, form_regions, region_io
+from .scd import analyze_tensors
+from .stats import EVENTS
+
+GUARD_CODE = "E-SHAPE-GUARD"
+_MAX_TABLE = 4096  # run-time keys per jump table (bucket entries serve many)
+_MAX_KEYS = 64  # run-time keys remembered per cache key
+_SAMPLE_EVERY = 32  # native runs: time the first and every 32nd
+_GUARD_LIMIT = 3  # native refusals of a run-time key before it stays interpreted
+_INTERP_SAMPLES = 8  # interpreted runs timed per run-time key (for the amortisation account)
+
+
+class GuardMiss(Exception):
+    """A bucket entry's generic code refused this call's shapes; the region runs interpreted instead."""
+
+
+@dataclass(frozen=True)
+class RegionDispatch:
+    """What the interpreter's code generator wraps around a region's lines (see the module docstring)."""
+
+    address: int  # the region's first instruction
+    addresses: frozenset[int]
+    names: dict[str, Any]
+    native: tuple[str, ...]  # the native branch, the call first
+    key_line: str
+    id: int
+
+    def layout(self, traced: bool) -> tuple[list[tuple[int, str]], int, list[tuple[int, str]]]:
+        """(lines before the region's lines, their indent, lines after) — depths relative to the region."""
+        n = self.id
+        native = list(self.native)
+        if traced:
+            native = [f"jt{n} = NOW()", native[0], f"JEMIT{n}(jf{n}, jt{n})", *native[1:]]
+        before = [(0, self.key_line), (0, f"jf{n} = J{n}.get(jk{n}) or MISS{n}(jk{n})"), (0, f"if jf{n}:"),
+                  (1, "try:"), *((2, line) for line in native), (1, "except REGION_MISS:"),
+                  (2, f"jf{n} = GUARD{n}(jk{n})"), (0, f"if not jf{n}:"),
+                  (1, f"jt{n} = NOW() if jf{n} is None else 0")]
+        return before, 1, [(1, f"if jt{n}:"), (2, f"DONE{n}(jk{n}, jt{n})")]
+
+
+@dataclass
+class KeyState:
+    """What one cache key of a region has seen."""
+
+    count: int = 0  # interpreted runs
+    entry: Entry | None = None
+    keys: set[tuple] = field(default_factory=set)  # run-time keys mapping here (bounded)
+    rejected: bool = False  # the cache was full when it got hot
+    guard_fails: dict[tuple, int] = field(default_factory=dict)  # run-time key -> native calls refused
+    blocked: set[tuple] = field(default_factory=set)  # run-time keys that stay interpreted
+
+
+class RegionRuntime:
+    """One compilable region of one executable: its jump table, per-key hotness and entries."""
+
+    def __init__(self, exe: Any, region: Region, io: RegionIO, plan: KeyPlan, settings: JitSettings) -> None:
+        self.exe_name = exe.name
+        self.info = exe.info
+        self.module = exe.program.module
+        self.region = region
+        self.io = io
+        self.plan = plan
+        self.settings = settings
+        self.policy = CachePolicy(settings, plan)
+        self.table: dict[tuple, Callable] = {}  # the jump table the generated code reads
+        self.lock = threading.Lock()
+        self.states: dict[tuple, KeyState] = {}
+        self.samples: dict[tuple, list[int]] = {}  # run-time key -> interpreted runs, total ns
+        self.entries: list[Entry] = []
+        self.misses = 0
+        self.generation = 0
+        self.full_reported = False
+        CACHE.track(self)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """Names the region in entry names (computed when its first key gets hot)."""
+        return region_digest(self.region, self.io, self.info, self.module)
+
+    # -- called by the generated code -------------------------------------------------------------
+    def miss(self, key: tuple) -> Callable | bool | None:
+        """No native code in the jump table for ``key``: count it; serve a compiled bucket entry.
+
+        Returns the launcher to run, or how to interpret: None (and time the run, while the key has
+        few samples of its interpreted time) or False.
+        """
+        if not CONTEXT.jit_enabled:
+            return False
+        with self.lock:
+            cache_key, state = self._state(key)
+            entry = state.entry
+            if entry is not None and entry.status == "compiled" and key not in state.blocked:
+                self._remember(key, entry.launcher)
+                return entry.launcher
+            if entry is not None and entry.error is not None:
+                raise JitError(entry.error, address=self.region.start, hint="the function was declared with "
+                               "fallback=False; use fallback=True to keep running interpreted")
+            self.misses += 1
+            if len(state.keys) < _MAX_KEYS:
+                state.keys.add(key)
+            if entry is None and not state.rejected:
+                state.count += 1
+                if self.settings.cache_mode == "adaptive" and self.policy.learned is None:
+                    self.policy.observe(key)
+                if state.count >= self.settings.hot_threshold:
+                    self._create(cache_key, state, key)
+            sample = self.samples.get(key)
+            return None if sample is None or sample[0] < _INTERP_SAMPLES else False
+
+    def done(self, key: tuple, t0: int) -> None:
+        """An interpreted run of the region ended: keep its time for the amortisation account."""
+        dt = time.perf_counter_ns() - t0
+        sample = self.samples.get(key)
+        if sample is None:
+            if len(self.samples) >= _MAX_TABLE:
+                self.samples.clear()
+            sample = self.samples[key] = [0, 0]
+        sample[0] += 1
+        sample[1] += dt
+
+    def guard(self, key: tuple) -> bool:
+        """The native code refused ``key`` (a failed guard): this call runs interpreted, and after
+        ``_GUARD_LIMIT`` refusals the key stays interpreted."""
+        with self.lock:
+            _, state = self._state(key)
+            fails = state.guard_fails[key] = state.guard_fails.get(key, 0) + 1
+            if fails >= _GUARD_LIMIT:
+                self.table.pop(key, None)
+                state.blocked.add(key)
+            name = state.entry.name if state.entry is not None else None
+        EVENTS.publish("guard", name, function=self.exe_name, region=self.region.id, refusals=fails)
+        return False
+
+    def trace_native(self, launcher: Callable, t0: int) -> None:
+        t1 = time.perf_counter_ns()
+        TRACE.record(TraceEvent(self.exe_name, self.region.start, "REGION", launcher.entry.name, "native", t0,
+                                t1 - t0, threading.get_ident(), "jit", None))
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def _state(self, key: tuple) -> tuple[tuple, KeyState]:
+        exact = self.states.get(key)  # an exact entry keeps serving after adaptive mode switched
+        if exact is not None and exact.entry is not None:
+            return key, exact
+        cache_key = self.policy.cache_key(key)
+        state = self.states.get(cache_key)
+        if state is None:
+            if len(self.states) >= _MAX_TABLE:
+                self.states = {k: s for k, s in self.states.items() if s.entry is not None}
+            state = self.states[cache_key] = KeyState()
+        return cache_key, state
+
+    def _remember(self, key: tuple, launcher: Callable) -> None:
+        if len(self.table) >= _MAX_TABLE:
+            self.table.clear()
+        self.table[key] = launcher
+
+    def _create(self, cache_key: tuple, state: KeyState, key: tuple) -> None:
+        """The key is hot: create its entry and enqueue the compile (lock held)."""
+        policy = self.policy
+        if self.settings.cache_mode == "adaptive" and policy.learned is None and \
+                len(self.entries) >= CONTEXT.jit_adaptive_budget:
+            learned = policy.learn()
+            EVENTS.publish("buckets", None, function=self.exe_name, region=self.region.id,
+                           buckets={s: list(b) for s, b in learned.items()})
+            cache_key, bucket_state = self._state(key)
+            bucket_state.count = max(bucket_state.count, state.count)
+            bucket_state.keys |= state.keys
+            state = bucket_state
+            if state.entry is not None:
+                return
+        symbols = policy.symbols_of(cache_key, key)
+        entry = Entry(policy.name(self.digest, cache_key, key), self.exe_name, self.region.id,
+                      self.region.start, self.settings.cache_mode, cache_key, key, symbols,
+                      self._trigger(symbols, state.count), owner=self, generation=self.generation)
+        full = len(self.entries) >= CONTEXT.jit_cache_region_entries
+        if full or not CACHE.add(entry, CONTEXT.jit_cache_entries):
+            state.rejected = True
+            if not self.full_reported:
+                self.full_reported = True
+                EVENTS.publish("cache-full", None, function=self.exe_name, region=self.region.id,
+                               message=f"the JIT cache is full: new keys of {self.exe_name} region "
+                               f"{self.region.id} run interpreted")
+            return
+        state.entry = entry
+        self.entries.append(entry)
+        COMPILER.submit(entry)
+
+    def _trigger(self, symbols: dict[str, Any], runs: int) -> str:
+        """Why an entry is created: which symbol took which new value."""
+        shown = {s: _fmt(v) for s, v in symbols.items()}
+        if not self.entries:
+            values = ", ".join(f"{s}={v}" for s, v in shown.items()) or "static shapes"
+            reason = f"first hot key of region {self.region.id} ({values}) after {runs} interpreted runs"
+            if any(r is not self and r.exe_name == self.exe_name and r.region.start == self.region.start
+                   and r.digest != self.digest and r.entries for r in CACHE.regions()):
+                reason += (f"; another version of {self.exe_name} has entries for this region too: its "
+                           "bytecode differs (a plain Python int folded in? pass it as ms.mutable)")
+            return reason
+        new = [s for s, v in symbols.items() if all(e.symbols.get(s) != v for e in self.entries)]
+        changes = ", ".join(f"{s} took the new {'bucket' if isinstance(symbols[s], tuple) else 'value'} "
+                            f"{shown[s]}" for s in new) or "a new combination of known values"
+        return f"{changes} (hot after {runs} interpreted runs)"
+
+    # -- called by the compiler thread --------------------------------------------------------------
+    def build(self, entry: Entry) -> tuple[Any, str, dict[str, int]]:
+        """The entry's region function (verified by the caller), its name and the bucket bounds."""
+        specs, scalars, bounds = self.policy.parameters(entry.cache_key, entry.key)
+        name = f"{self.exe_name}_region{self.region.id}"
+        module = build_function(self.region, self.io, self.info, self.module, specs, scalars, name)
+        return module, name, bounds
+
+    def install(self, entry: Entry, compiled: Any) -> bool:
+        """Hot-patch: put the native launcher in the jump table for every key of the entry seen so far."""
+        with self.lock:
+            if entry.generation != self.generation:
+                return False
+            _, scalars, _ = self.policy.parameters(entry.cache_key, entry.key)
+            n_tensors = len(self.io.tensor_inputs)
+            keep = (*range(n_tensors), *(n_tensors + j for j, v in enumerate(scalars) if isinstance(v, str)))
+            entry.launcher = make_launcher(compiled.fn, entry, keep, n_tensors + len(scalars))
+            entry.status = "compiled"
+            state = self.states.get(entry.cache_key)
+            for key in (state.keys - state.blocked) if state is not None else ():
+                self._remember(key, entry.launcher)
+            return True
+
+    def fail(self, entry: Entry, reason: str) -> None:
+        with self.lock:
+            entry.status = "fallback"
+            entry.reason = reason
+            if not self.settings.fallback:
+                entry.error = f"compiling {entry.name} failed: {reason}"
+
+    def interp_ms(self, entry: Entry) -> float | None:
+        """Mean interpreted time of the region over the run-time keys of ``entry``."""
+        with self.lock:
+            state = self.states.get(entry.cache_key)
+            keys = list(state.keys) if state is not None else [entry.key]
+        samples = [self.samples[k] for k in keys if k in self.samples]
+        n = sum(s[0] for s in samples)
+        return sum(s[1] for s in samples) / n / 1e6 if n else None
+
+    def clear(self) -> None:
+        with self.lock:
+            self.generation += 1
+            self.table.clear()
+            self.states.clear()
+            self.samples.clear()
+            self.entries.clear()
+            self.misses = 0
+            self.full_reported = False
+            self.policy = CachePolicy(self.settings, self.plan)
+
+    # -- the code the interpreter generates around the region ----------------------------------------
+    def dispatch(self, steps_by_ins: dict[int, Any]) -> RegionDispatch:
+        n = self.region.id
+        io = self.io
+        args = ", ".join(f"r{r}" for r in (*io.tensor_inputs, *io.scalar_params))
+        outs = ", ".join(f"r{r}" for r in io.live_outs)
+        call = f"{outs} = jf{n}({args})" if outs else f"jf{n}({args})"
+        defined = {r for ins in self.region.instructions for r in ins.writes()}
+        dead = dict.fromkeys(io.outer_frees)  # outside registers the interpreted lines would delete
+        for ins in self.region.instructions:
+            dead.update((r, None) for r in steps_by_ins[id(ins)].release if r not in defined)
+        native = [call, *(steps_by_ins[id(ins)].line for ins in (*io.remat, *io.detached))]
+        if dead:
+            native.append(f"del {', '.join(f'r{r}' for r in dead)}")
+        names = {
+            f"J{n}": self.table,
+            f"MISS{n}": self.miss,
+            f"DONE{n}": self.done,
+            f"GUARD{n}": self.guard,
+            f"JEMIT{n}": self.trace_native,
+            "NOW": time.perf_counter_ns,
+            "REGION_MISS": GuardMiss,
+        }
+        return RegionDispatch(self.region.start, frozenset(self.region.addresses), names, tuple(native),
+                              f"jk{n} = {self.plan.key_expr()}", n)
+
+
+def make_launcher(fn: Callable, entry: Entry, keep: tuple[int, ...], total: int) -> Callable:
+    """The callable the jump table holds: counts hits, samples native time, maps refusals to GuardMiss.
+
+    ``keep`` are the positions of the dispatch's ``total`` arguments the region function takes (an
+    entry folds the scalars it is exact in into constants). One Python frame on top of the launcher.
+    """
+    hits, native, now = entry.hits, entry.native, time.perf_counter_ns
+    if keep == tuple(range(total)):
+        pick = None
+    elif keep == tuple(range(len(keep))):
+        pick = operator.itemgetter(slice(0, len(keep)))
+    else:
+        pick = lambda args: tuple(args[i] for i in keep)  # noqa: E731
+
+    def hit(*args: Any) -> Any:
+        n = hits[0] = hits[0] + 1
+        if pick is not None:
+            args = pick(args)
+        try:
+            if n % _SAMPLE_EVERY != 1:
+                return fn(*args)
+            t0 = now()
+            out = fn(*args)
+            native[1] += now() - t0
+            native[0] += 1
+            return out
+        except ShapeError as exc:
+            if exc.code != GUARD_CODE:
+                raise
+            hits[0] -= 1
+            raise GuardMiss(str(exc)) from exc
+
+    hit.entry = entry  # type: ignore[attr-defined]  # trace events name the entry
+    return hit
+
+
+class FunctionJit:
+    """The JIT state of one executable: its regions and the dispatch the interpreter generates for them."""
+
+    def __init__(self, exe: Any) -> None:
+        self.settings = JitSettings.of(exe.program.options)
+        self.runtimes: list[RegionRuntime] = []
+        self.dispatch: list[RegionDispatch] = []
+        if not self.settings.enabled:
+            return
+        try:
+            self._plan(exe)
+        except Exception as exc:  # the JIT failing to plan must never stop the interpreter
+            self.runtimes.clear()
+            self.dispatch.clear()
+            EVENTS.publish("fallback", None, function=exe.name, reason="JIT planning failed, the function "
+                           f"runs interpreted: {type(exc).__name__}: {exc}")
+
+    def _plan(self, exe: Any) -> None:
+        info = exe.info
+        tensors = analyze_tensors(info, explain=False)
+        regions, _ = form_regions(info, tensors, threshold=self.settings.scd_threshold,
+                                  hot_threshold=self.settings.hot_threshold, can_lower=default_can_lower())
+        facts = def_use(info)
+        steps_by_ins = {id(step.ins): step for step in exe.steps}
+        for region in regions:
+            if not region.compilable:
+                continue
+            io = region_io(region, info, facts)
+            plan = plan_keys(io, info)
+            rt = RegionRuntime(exe, region, io, plan, self.settings)
+            self.runtimes.append(rt)
+            self.dispatch.append(rt.dispatch(steps_by_ins))
+
+
+
+def attach(exe: Any) -> FunctionJit:
+    """The interpreter calls this once per executable, before generating its code."""
+    return FunctionJit(exe)
+
+
+def region_runtimes() -> list[RegionRuntime]:
+    return CACHE.regions()
+
+
+def reset() -> None:
+    """Drop every entry, counter and queued compile; the compiler thread keeps running."""
+    COMPILER.reset()
+    for rt in region_runtimes():
+        rt.clear()
+    CACHE.clear()
+    EVENTS.clear()
+
+
+def _forget_tables() -> None:
+    """``jit_enabled`` switched off: drop native code from every jump table (entries stay)."""
+    if not CONTEXT.jit_enabled:
+        for rt in region_runtimes():
+            with rt.lock:
+                rt.table.clear()
+
+
+on_change(_forget_tables)
+
+
+def _fmt(value: Any) -> str:
+    return str(value) if isinstance(value, int) else f"{value[0]}-{value[1]}"
+
+
+__all__ = ["FunctionJit", "GuardMiss", "RegionDispatch", "RegionRuntime", "attach", "make_launcher",
+           "region_runtimes", "reset"]

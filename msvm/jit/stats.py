@@ -1,0 +1,153 @@
+"""What the JIT reports: ``jit_info`` rows, the hit rate, compile times, and the monitor's event stream.
+
+Why events are dispatched by the compiler thread: widgets subscribe to the monitor, and a callback
+must never run on the execution thread (it would add the widget's latency to the user's code). Every
+event is appended to a bounded log at once, with a sequence number and a timestamp; subscribers are
+called from the compiler thread, which the log wakes. Widgets marshal them to their own loop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cache import CACHE, Entry
+
+
+@dataclass(frozen=True)
+class JitEvent:
+    seq: int
+    time: float  # time.time()
+    kind: str  # queued, started, phase, installed, fallback, hit-rate, cache-full, buckets, guard
+    entry: str | None  # the entry's name, when the event is about one
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"seq": self.seq, "time": self.time, "kind": self.kind, "entry": self.entry, **self.data}
+
+
+class EventLog:
+    """A bounded log of JIT events with subscribers called off the execution thread."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._lock = threading.Lock()
+        self._events: deque[JitEvent] = deque(maxlen=capacity)
+        self._pending: deque[JitEvent] = deque()
+        self._subscribers: list[Callable[[dict], None]] = []
+        self._seq = 0
+        self.wake: Callable[[], None] = lambda: None  # the compiler thread installs its wake-up
+
+    def publish(self, kind: str, entry: str | None, **data: Any) -> JitEvent:
+        with self._lock:
+            self._seq += 1
+            event = JitEvent(self._seq, time.time(), kind, entry, data)
+            self._events.append(event)
+            if self._subscribers:
+                self._pending.append(event)
+        if self._pending:
+            self.wake()
+        return event
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
+    def dispatch(self) -> None:
+        """Call the subscribers with the events published since the last dispatch (compiler thread)."""
+        while True:
+            with self._lock:
+                if not self._pending:
+                    return
+                event = self._pending.popleft()
+                subscribers = list(self._subscribers)
+            for callback in subscribers:
+                try:
+                    callback(event.as_dict())
+                except Exception:  # a widget's bug must not stop the compiler
+                    self.unsubscribe(callback)
+
+    def events(self, since: int | None = None) -> list[JitEvent]:
+        with self._lock:
+            return [e for e in self._events if since is None or e.seq > since]
+
+    def subscribe(self, callback: Callable[[dict], None]) -> None:
+        with self._lock:
+            self._subscribers.append(callback)
+
+    def unsubscribe(self, callback: Callable[[dict], None]) -> None:
+        with self._lock:
+            if callback in self._subscribers:
+                self._subscribers.remove(callback)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._events.clear()
+            self._pending.clear()
+
+
+EVENTS = EventLog()
+
+
+def entry_row(entry: Entry) -> dict:
+    return entry.as_dict(entry.owner.interp_ms(entry))
+
+
+def jit_info() -> list[dict]:
+    """One dict per cache entry, in creation order."""
+    return [entry_row(e) for e in CACHE.all()]
+
+
+def hit_rate() -> float:
+    """Native region runs / all runs of compilable regions (0.0 before any)."""
+    hits = sum(e.hit_count for e in CACHE.all())
+    total = hits + sum(r.misses for r in CACHE.regions())
+    return hits / total if total else 0.0
+
+
+def avg_compile_time() -> float:
+    """Mean compile time in ms of the entries that compiled (0.0 before any)."""
+    times = [e.compile_ms for e in CACHE.all() if e.status == "compiled" and e.compile_ms is not None]
+    return sum(times) / len(times) if times else 0.0
+
+
+class JitMonitor:
+    """The live view the widgets subscribe to: queue, active compile, cache and events."""
+
+    def queue(self) -> list[dict]:
+        """Entries waiting for the compiler, oldest first."""
+        waiting = sorted((e for e in CACHE.all() if e.status == "queued"), key=lambda e: e.queued_ns)
+        return [entry_row(e) for e in waiting]
+
+    def active(self) -> dict | None:
+        """The entry compiling now, with its phase (``phase``), or None."""
+        for e in CACHE.all():
+            if e.status == "compiling":
+                return {**entry_row(e), "phase": e.phase}
+        return None
+
+    def cache(self) -> list[dict]:
+        return jit_info()
+
+    def hit_rate(self) -> float:
+        return hit_rate()
+
+    def events(self, since: int | None = None) -> list[dict]:
+        """Recent events (oldest first); ``since``: the ``seq`` of the last event already seen."""
+        return [e.as_dict() for e in EVENTS.events(since)]
+
+    def subscribe(self, callback: Callable[[dict], None]) -> None:
+        """Call ``callback(event_dict)`` for every new event, on the compiler thread."""
+        EVENTS.subscribe(callback)
+
+    def unsubscribe(self, callback: Callable[[dict], None]) -> None:
+        EVENTS.unsubscribe(callback)
+
+
+MONITOR = JitMonitor()
+
+__all__ = ["EVENTS", "MONITOR", "EventLog", "JitEvent", "JitMonitor", "avg_compile_time",
+           "entry_row", "hit_rate", "jit_info"]

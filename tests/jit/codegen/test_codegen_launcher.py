@@ -1,0 +1,242 @@
+"""The launcher: calling convention, guards, bucket mode, layouts, concurrency, refusals, disassembly."""
+
+import threading
+
+import numpy as np
+import pytest
+from codegen_helpers import assert_close, check, compiled, interpret, rand, region
+
+from msvm.bytecode import RegRef
+from msvm.errors import ShapeError
+from msvm.jit.codegen import LoweringError, can_lower, lower
+from msvm.native.worker import CompileWorker
+from msvm.ops import REGISTRY, TensorType
+from msvm.shapes import parse_shape
+
+
+def _chain(f, x, y):
+    return f.call("add", [f.call("mul", [x, y]), f.call("tanh", [x])])
+
+
+@pytest.fixture(scope="module")
+def exact():
+    m = region(_chain, [("[4, 6]", "float32"), ("[6]", "float32")])
+    return m, compiled(m)
+
+
+@pytest.fixture(scope="module")
+def bucket():
+    def body(f, x, y):
+        return f.call("sum", [f.call("mul", [x, y])], {"axis": 1}), f.call("softmax", [x], {"axis": -1})
+
+    m = region(body, [("[N, M]", "float32"), ("[N, M]", "float32")])
+    return m, compiled(m, bounds={"N": 64, "M": 40})
+
+
+def guard_error(excinfo):
+    assert excinfo.value.code == "E-SHAPE-GUARD", excinfo.value
+    return str(excinfo.value)
+
+
+def test_exact_mode_rejects_other_shapes_and_dtypes(exact):
+    _, exact = exact
+    with pytest.raises(ShapeError) as e:
+        exact.fn(rand((5, 6)), rand((6,)))
+    assert "shape" in guard_error(e)
+    with pytest.raises(ShapeError) as e:
+        exact.fn(rand((4, 6), "float64"), rand((6,)))
+    assert "dtype" in guard_error(e)
+    with pytest.raises(ShapeError) as e:
+        exact.fn([[1.0] * 6] * 4, rand((6,)))
+    guard_error(e)
+
+
+def test_non_contiguous_and_foreign_layouts_are_copied(exact):
+    m, r = exact
+    x = rand((8, 12))[::2, ::2]  # strided
+    y = rand((6, 2))[:, 1]
+    assert_close(r.fn(x, y), interpret(m, x, y))
+    big_endian = rand((4, 6)).astype(">f4")
+    assert_close(r.fn(big_endian, y), interpret(m, big_endian, y))
+    fortran = np.asfortranarray(rand((4, 6)))
+    assert_close(r.fn(fortran, y), interpret(m, fortran, y))
+
+
+def test_bucket_mode_one_compile_many_shapes(bucket):
+    m, r = bucket
+    assert r.lowered.params == ["N", "M"]
+    for n, k in [(1, 1), (3, 40), (64, 7), (0, 5)]:
+        x, y = rand((n, k)), rand((n, k), rng=np.random.default_rng(n))
+        assert_close(r.fn(x, y), interpret(m, x, y))
+
+
+def test_bucket_mode_guards(bucket):
+    _, r = bucket
+    with pytest.raises(ShapeError) as e:
+        r.fn(rand((65, 4)), rand((65, 4)))  # above the bucket bound
+    assert "bound" in guard_error(e)
+    with pytest.raises(ShapeError) as e:
+        r.fn(rand((3, 4)), rand((2, 4)))  # N bound by x, y disagrees
+    guard_error(e)
+    with pytest.raises(ShapeError) as e:
+        r.fn(rand((3, 4, 1)), rand((3, 4)))
+    assert "rank" in guard_error(e)
+
+
+def test_bucket_mode_needs_bounds_for_arena_sizes():
+    def body(f, x):
+        return f.call("matmul", [f.call("exp", [x]), f.call("transpose", [x], {"axes": (1, 0)})])
+
+    with pytest.raises(LoweringError, match="upper bound"):
+        lower(region(body, [("[N, 64]", "float32")]), "f")
+    m = region(body, [("[N, 64]", "float32")])
+    r = compiled(m, bounds={"N": 200}, mem_optimize=True)
+    assert r.lowered.planned_bytes >= 200 * 64 * 4
+    for n in (1, 130, 200):
+        x = rand((n, 64))
+        assert_close(r.fn(x), interpret(m, x))
+
+
+def test_verifier_guards_are_checked_before_native_code():
+    def body(f, x, y):  # broadcast of [N] against [M]: the verifier can only check N == M (or 1) at run time
+        return f.call("add", [f.call("reshape", [x], {"shape": (-1, 4)}), y])
+
+    m = region(body, [("[N]", "float32"), ("[M]", "float32")])
+    r = compiled(m, bounds={"N": 64, "M": 4})
+    assert_close(r.fn(rand((8,)), rand((4,))), interpret(m, rand((8,)), rand((4,))))
+    with pytest.raises(ShapeError) as e:
+        r.fn(rand((6,)), rand((4,)))  # 6 is not divisible by 4
+    guard_error(e)
+    with pytest.raises(ShapeError) as e:
+        r.fn(rand((8,)), rand((1,)))  # numpy would broadcast; the compiled code assumes equal sizes
+    guard_error(e)
+
+
+def test_scalar_arguments_and_scalar_results():
+    def body(f, x, s):
+        n = f.shape_of(x, 0)
+        t = f.call("slice", [x], {"axes": (0,), "starts": (1,), "stops": (RegRef(s),)})
+        return f.call("mul", [t, t]), f.scalar_op("mul", n, f.scalar_const(3)), s
+
+    m = region(body, [("[N, 3]", "float64")], scalars=["S"])
+    r = compiled(m, bounds={"N": 32})
+    assert r.lowered.params == ["N", "S"]
+    for n, s in [(10, 4), (10, 40), (5, 0), (7, np.int64(3))]:
+        x = rand((n, 3), "float64")
+        assert_close(r.fn(x, s), interpret(m, x, s))
+    with pytest.raises(ShapeError):
+        r.fn(rand((4, 3), "float64"), 2.5)
+
+
+def test_run_time_checks_inside_native_code():
+    def body(f, i, w):
+        return f.call("embedding", [i, w])
+
+    m = region(body, [("[3]", "int64"), ("[5, 4]", "float32")])
+    r = check(m, np.array([0, 4, 2]), rand((5, 4)))
+    with pytest.raises(ShapeError) as e:
+        r.fn(np.array([0, 5, 2]), rand((5, 4)))
+    guard_error(e)
+
+
+def test_empty_max_reduction_fails_like_numpy():
+    m = region(lambda f, x: f.call("max", [x], {"axis": 0}), [("[N, 3]", "float32")])
+    r = compiled(m, bounds={"N": 8})
+    assert_close(r.fn(rand((2, 3))), interpret(m, rand((2, 3))))
+    with pytest.raises(ShapeError):
+        r.fn(rand((0, 3)))
+
+
+def test_return_conventions():
+    def body(f, x):
+        e = f.call("exp", [x])
+        return e, e, f.shape_of(x, 1)
+
+    r = compiled(region(body, [("[2, 3]", "float32")]))
+    a, b, n = r.fn(rand((2, 3)))
+    assert a is b and n == 3 and type(n) is int
+
+
+def test_concurrent_calls_from_two_threads(bucket):
+    m, r = bucket
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(150):
+            n = int(rng.integers(1, 64))
+            x, y = rand((n, 33), rng=rng), rand((n, 33), rng=rng)
+            got = r.fn(x, y)
+            want = (np.sum(x * y, axis=1), interpret(m, x, y)[1])
+            try:
+                assert_close(got[0], want[0].astype(np.float32))
+                assert_close(got[1], want[1])
+            except AssertionError as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_can_lower_reasons():
+    t = TensorType(parse_shape("[4, 4]"), "float32")
+    assert can_lower(REGISTRY["add"], {}, [t, t]) is None
+    assert "data-dependent" in can_lower(REGISTRY["nonzero"], {}, [t])
+    assert "data-dependent" in can_lower(REGISTRY["masked_select"], {}, [t, TensorType(t.shape, "bool")])
+    ints = TensorType(t.shape, "int64")
+    assert "integer pow" in can_lower(REGISTRY["pow"], {}, [ints, ints])
+    weights = TensorType(parse_shape("[8, 4, K, 3]"), "float32")
+    assert "kernel sizes" in can_lower(
+        REGISTRY["conv2d"], {}, [TensorType(parse_shape("[1, 4, 9, 9]"), "float32"), weights]
+    )
+
+
+def test_lowering_errors_name_the_reason():
+    def body(f, x):
+        return f.call("nonzero", [x])
+
+    with pytest.raises(LoweringError, match="data-dependent") as e:
+        lower(region(body, [("[4]", "float32")]), "f")
+    assert e.value.address is not None
+
+
+def test_disassembly_kinds_and_vector_code():
+    def body(f, x, a, b):
+        return f.call("add", [f.call("mul", [x, a]), b])
+
+    r = compiled(region(body, [("[64, 64]", "float32"), ("[64]", "float32"), ("[64, 64]", "float32")]))
+    for kind in ("llvm", "llvm-opt", "asm"):
+        assert r.disassemble(kind).strip()
+    asm = r.disassemble("asm")
+    assert "ymm" in asm and "vfmadd" in asm
+    assert set(r.phase_ms) == {"lower", "optimise", "codegen", "load"} and r.code_bytes > 0
+    with pytest.raises(ValueError):
+        r.disassemble("bytecode")
+
+
+def test_compile_in_the_worker_process():
+    worker = CompileWorker()
+    try:
+        m = region(_chain, [("[4, 6]", "float32"), ("[6]", "float32")])
+        r = check(m, rand((4, 6)), rand((6,)), via_worker=worker)
+        assert "ymm" in r.disassemble("asm")
+    finally:
+        worker.close()
+
+
+def test_scalar_argument_binds_before_input_dims():
+    def body(f, x, s):
+        return f.call("mul", [x, x])
+
+    m = region(body, [("[S, 2]", "float32")], scalars=["S"])
+    r = compiled(m, bounds={"S": 8})
+    assert_close(r.fn(rand((3, 2)), 3), interpret(m, rand((3, 2)), 3))
+    with pytest.raises(ShapeError):  # the interpreter rejects it as well
+        interpret(m, rand((3, 2)), 4)
+    with pytest.raises(ShapeError) as e:
+        r.fn(rand((3, 2)), 4)
+    guard_error(e)

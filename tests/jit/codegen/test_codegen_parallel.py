@@ -1,0 +1,42 @@
+"""Large kernels split their outer loop over two threads (pthreads from the generated code)."""
+
+import numpy as np
+import pytest
+from codegen_helpers import assert_close, check, compiled, interpret, rand, region
+
+from msvm.jit.codegen.kernels import PARALLEL_MIN, THREADS
+
+pytestmark = pytest.mark.skipif(THREADS < 2, reason="one CPU: kernels never split")
+
+
+def _w5(f, x, w):
+    h = f.call("add", [f.call("gelu", [f.call("mul", [x, w])]), x])  # a computed row: per-thread scratch
+    return f.call("layer_norm", [h, w], {"normalized_shape": (512,)}), f.call("softmax", [h], {"axis": -1})
+
+
+def test_large_elementwise_and_row_kernels_split():
+    rows = PARALLEL_MIN // 512 + 77
+    r = check(
+        region(_w5, [(f"[{rows}, 512]", "float32"), ("[512]", "float32")]), rand((rows, 512)), rand((512,))
+    )
+    assert r.disassemble("llvm").count("pthread_create") >= 1
+
+
+def test_bucket_mode_decides_at_run_time():
+    m = region(_w5, [("[N, 512]", "float32"), ("[512]", "float32")])
+    r = compiled(m, bounds={"N": 1024}, mem_optimize=True)
+    for n in (3, 1024, 700):  # below the threshold (inline), above it (two threads)
+        x, w = rand((n, 512), rng=np.random.default_rng(n)), rand((512,))
+        assert_close(r.fn(x, w), interpret(m, x, w))
+
+
+def test_large_reduction_and_copy_split():
+    def body(f, x):
+        return (
+            f.call("sum", [f.call("exp", [x])], {"axis": -1}),
+            f.call("slice", [x], {"axes": (1,), "starts": (1,), "stops": (300,)}),
+        )
+
+    x = rand((1100, 300))
+    r = check(region(body, [("[1100, 300]", "float32")]), x)
+    assert r.disassemble("llvm").count("pthread_create") >= 2
