@@ -10,5 +10,6 @@ if [ "${1:-}" = "--headless" ]; then
   exit 0
 fi
 NB=notebooks/01_quickstart.ipynb
-[ -f "$NB" ] || { echo "no $NB yet: the demo above is the main job for now"; exit 0; }
-exec python3 -m jupyter lab "$NB" --ip=127.0.0.1 ${JUPYTER_ARGS:-}
+ROOT_FLAG=()
+[ "$(id -u)" = 0 ] && ROOT_FLAG=(--allow-root)  # JupyterLab refuses to run as root without it (containers, CI)
+exec python3 -m jupyter lab "$NB" --ip=127.0.0.1 ${ROOT_FLAG[@]+"${ROOT_FLAG[@]}"} ${JUPYTER_ARGS:-}

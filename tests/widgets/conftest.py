@@ -1,0 +1,38 @@
+"""Fixtures for the Jupyter layer's tests: an IPython shell with ``%load_ext msvm``, what it displayed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import msvm_widgets.magics as magics
+import pytest
+from IPython.testing.globalipapp import start_ipython
+
+from msvm.observe.trace import TRACE
+
+
+@pytest.fixture(scope="session")
+def shell() -> Any:
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "msvm")
+    return ip
+
+
+@pytest.fixture
+def ip(shell: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The shell with numpy and msvm imported, in a temporary working directory."""
+    monkeypatch.chdir(tmp_path)
+    shell.run_cell("import numpy as np\nimport msvm as ms\nfrom msvm.frontend import Tensor, jit, mutable",
+                   store_history=True)
+    yield shell
+    TRACE.enable(False)
+    TRACE.clear()
+
+
+@pytest.fixture
+def shown(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every object the magics display (widgets, or raw mime bundles), in order."""
+    out: list[Any] = []
+    monkeypatch.setattr(magics, "display", lambda obj, **_kw: out.append(obj))
+    return out

@@ -1,0 +1,150 @@
+"""SCDView, JITCacheView and JITMonitor against the real JIT: what they show is what ``ms.vm`` says."""
+
+from __future__ import annotations
+
+import html
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+from msvm_widgets import JITCacheView, JITMonitor, SCDView, UpdatePump
+from msvm_widgets.scd import tensor_row
+
+import msvm.ops
+from msvm import vm
+from msvm.frontend import Tensor, jit, mutable
+
+SPEC = Tensor["N", 3, "H", "W"]
+VECTOR = Tensor["N"]
+HOT = 8
+
+
+def make_block() -> Any:
+    @jit
+    def block(x: SPEC, h):
+        y = x[:, :, :h, :]
+        return msvm.ops.relu(y * 2.0 + 1.0)
+
+    return block
+
+
+def make_data_dependent() -> Any:
+    @jit
+    def positions(x: VECTOR):  # nonzero's row count depends on the data: not anchored
+        return msvm.ops.nonzero(x) * 2
+
+    return positions
+
+
+def hot(fn: Any, *args: Any) -> None:
+    for _ in range(HOT):
+        fn(*args)
+    assert vm.wait_for_compiles(30)
+    for _ in range(HOT):
+        fn(*args)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_jit() -> None:
+    vm.reset()
+    yield
+    vm._inject_compile_fault(None)
+    vm.reset()
+
+
+def x_and_h() -> tuple:
+    return np.ones((2, 3, 16, 16), np.float32), mutable(8)
+
+
+def test_scd_view_rows_match_the_analysis() -> None:
+    block = make_block()
+    analysis = vm.scd_analysis(block, *x_and_h())
+    view = SCDView(analysis)
+    assert "msvm-scd-view" in view._dom_classes
+    data = analysis.as_dict()
+    assert [row[0] for row in view.tensor_rows()] == [t["name"] for t in data["tensors"]]
+    assert [row[5] for row in view.tensor_rows()] == [f"{t['scd']:.2f}" for t in data["tensors"]]
+    assert [row[5] for row in view.region_rows()] == ["compiles" if r["compilable"] else "interpreted"
+                                                      for r in data["regions"]]
+    assert view.threshold == block.options.scd_threshold
+    assert "x" in view.static_text() and "compiles" in view.static_text()
+
+
+def test_scd_view_gives_the_reason_for_each_unanchored_dim() -> None:
+    positions = make_data_dependent()
+    analysis = vm.scd_analysis(positions, np.ones(5, np.float32))
+    view = SCDView(analysis)
+    data = analysis.as_dict()
+    below = [t for t in data["tensors"] if t["scd"] < data["threshold"]]
+    assert below, "nonzero's data-dependent size must leave a tensor below the threshold"
+    for t in below:
+        why = tensor_row(t)[6]
+        assert why and all(f"dim {axis}" in why for axis, ok in enumerate(t["anchored"]) if not ok)
+    assert "msvm-bad" in view.value
+
+
+def test_scd_view_for_call_reports_a_failing_analysis() -> None:
+    view = SCDView.for_call(object())
+    assert view.unavailable and "SCD analysis failed" in view.unavailable
+
+
+def test_cache_view_matches_jit_info_and_shows_listings() -> None:
+    block = make_block()
+    hot(block, *x_and_h())
+    view = JITCacheView(function="block")
+    entries = [e for e in vm.jit_info() if e["function"] == "block"]
+    assert entries and [e["name"] for e in view.entries] == [e["name"] for e in entries]
+    assert list(view.picker.options) == [e["name"] for e in entries]
+    compiled = next(e for e in entries if e["status"] == "compiled")
+    view.picker.value = compiled["name"]
+    for kind in ("bytecode", "llvm", "llvm-opt", "asm"):
+        view.kind.value = kind
+        assert html.escape(vm.disassemble(compiled["name"], kind)) in view.code.value
+    assert "hit rate" in view.static_text()
+
+
+def test_fallback_entries_are_red_with_their_reason() -> None:
+    vm._inject_compile_fault("error")
+    block = make_block()
+    hot(block, *x_and_h())
+    view = JITCacheView()
+    fallback = [e for e in view.entries if e["status"] == "fallback"]
+    assert fallback and fallback[0]["reason"]
+    assert 'class="msvm-bad"' in view.table.value
+    assert html.escape(fallback[0]["reason"]) in view.table.value
+
+
+def test_monitor_updates_only_through_the_pump() -> None:
+    pump = UpdatePump(None)
+    monitor = JITMonitor(pump=pump)
+    assert "msvm-jit-monitor" in monitor._dom_classes
+    before = monitor.redraws
+    block = make_block()
+    worker = threading.Thread(target=hot, args=(block, *x_and_h()))
+    worker.start()
+    worker.join()
+    assert monitor.redraws == before  # the compiler thread's events did not touch the widget
+    assert pump.flush() >= 1
+    assert monitor.redraws == before + 1
+    assert [e["name"] for e in monitor.cache] == [e["name"] for e in vm.jit_info()]
+    assert any(e["kind"] == "installed" for e in monitor.events)
+    monitor.close()
+    hot(make_block(), np.ones((3, 3, 8, 8), np.float32), mutable(4))
+    assert pump.flush() == 0  # closed: unsubscribed
+
+
+def test_line_magics_show_the_jit(ip: Any, shown: list) -> None:
+    ip.user_ns["block"] = make_block()
+    ip.user_ns["args"] = x_and_h()
+    ip.run_cell("for _ in range(8): block(*args)\nms.vm.wait_for_compiles(30)")
+    ip.run_line_magic("msvm", "info")
+    ip.run_line_magic("msvm", "monitor")
+    ip.run_line_magic("msvm", "scd block args[0] args[1]")
+    cache, monitor, scd = shown
+    assert isinstance(cache, JITCacheView) and cache.entries
+    assert isinstance(monitor, JITMonitor) and monitor.cache
+    assert isinstance(scd, SCDView) and scd.data["function"] == "block"
+    monitor.close()
+    ip.run_line_magic("msvm", "reset")
+    assert vm.jit_info() == []

@@ -1,0 +1,87 @@
+"""RegisterView: the register file R0…Rn of a call, with the metadata of DESIGN §8.
+
+Why a view of ``RegisterState`` and nothing else: the interpreter's stepping ``Execution`` already
+knows each register's concrete and symbolic shape, dtype, device, strides, data address, size and
+producer; this widget only lays them out (and updates while the Debugger steps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import ipywidgets as widgets
+
+from msvm.errors import format_address
+from msvm.interpreter import Execution, RegisterState
+
+from . import theme
+from .fallback import StaticFallback
+
+HEADERS = ("reg", "kind", "shape / value", "symbolic", "dtype", "device", "strides", "address", "nbytes",
+           "producer", "by")
+
+
+def register_row(reg: RegisterState) -> list[str]:
+    """One table row: shapes and strides as lists, the data address in hex, the producer as an address."""
+    if reg.kind == "tensor":
+        shown = str(list(reg.shape or ()))
+    elif reg.kind == "empty":
+        shown = "-"
+    else:
+        shown = repr(reg.value)
+    return [
+        reg.name,
+        reg.kind,
+        shown,
+        reg.symbolic or "",
+        reg.dtype or "",
+        reg.device or "",
+        str(list(reg.strides)) if reg.strides is not None else "",
+        f"0x{reg.data_address:x}" if reg.data_address is not None else "",
+        str(reg.nbytes) if reg.nbytes is not None else "",
+        format_address(reg.producer) if reg.producer is not None and reg.kind != "empty" else "",
+        {"interpreter": "interp"}.get(reg.produced_by or "", reg.produced_by or ""),
+    ]
+
+
+class RegisterView(StaticFallback, widgets.HTML):
+    """A table of registers; ``update()`` replaces them (the register just written is highlighted)."""
+
+    def __init__(self, registers: Sequence[RegisterState] = (), *, caption: str = "Registers",
+                 written: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.add_class("msvm-register-view")
+        self.registers: list[RegisterState] = []
+        self.caption = caption
+        self.written: int | None = None
+        self.update(registers, written=written)
+
+    @classmethod
+    def from_execution(cls, execution: Execution, **kwargs: Any) -> RegisterView:
+        """The registers of a (paused or finished) Execution."""
+        return cls(execution.registers, **kwargs)
+
+    def update(self, registers: Sequence[RegisterState], *, written: int | None = None,
+               caption: str | None = None) -> None:
+        """Show ``registers``; ``written`` is the index of the register the last step wrote."""
+        self.registers = list(registers)
+        self.written = written
+        if caption is not None:
+            self.caption = caption
+        self.value = self.static_html()
+
+    def rows(self) -> list[list[str]]:
+        return [register_row(r) for r in self.registers]
+
+    def static_html(self) -> str:
+        if not self.registers:
+            return theme.page(theme.title(self.caption) + theme.note("no registers"), "msvm-registers")
+        classes = ["msvm-written" if r.index == self.written else "msvm-muted" if r.kind == "empty" else ""
+                   for r in self.registers]
+        body = theme.title(self.caption) + theme.html_table(HEADERS, self.rows(), classes)
+        return theme.page(body, "msvm-registers")
+
+    def static_text(self) -> str:
+        markers = ["*" if r.index == self.written else "" for r in self.registers]
+        return f"{self.caption}\n" + theme.text_table(HEADERS, self.rows(), markers)
