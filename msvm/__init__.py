@@ -19,7 +19,6 @@ from .errors import (
     ShapeError,
     VerifyError,
 )
-
 from .frontend import Tensor, jit, load, mutable, save, symbolic_mul
 from .validate import validate
 

@@ -31,7 +31,11 @@ INVALID = VALID.replace("R3 = OP_CALL mul, (R0, R2)", "R3 = OP_CALL mul, (R0, R5
 
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
-    paths = {"valid": tmp_path / "ok.msbc.txt", "invalid": tmp_path / "bad.msbc.txt", "garbage": tmp_path / "x.bin"}
+    paths = {
+        "valid": tmp_path / "ok.msbc.txt",
+        "invalid": tmp_path / "bad.msbc.txt",
+        "garbage": tmp_path / "x.bin",
+    }
     paths["valid"].write_text(VALID)
     paths["invalid"].write_text(INVALID)
     paths["garbage"].write_bytes(b"MSBC\xff\xff\x00\x00junk")
@@ -90,5 +94,7 @@ def test_syntax_errors_name_line_and_column(tmp_path, capsys):
 
 
 def test_console_script_and_python_m():
-    done = subprocess.run([sys.executable, "-m", "msvm", "--help"], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "msvm", "--help"], capture_output=True, text=True, check=True
+    )
     assert "validate" in done.stdout and "demo" in done.stdout

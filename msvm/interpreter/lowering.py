@@ -203,7 +203,8 @@ def check_size(address: int, shape: tuple[int, ...], itemsize: int, opcode: str)
         nbytes *= d
     if nbytes > CONTEXT.max_tensor_bytes:
         raise ResourceLimitError(
-            f"a tensor of shape {shape} needs {nbytes:,} bytes, over max_tensor_bytes={CONTEXT.max_tensor_bytes:,}",
+            f"a tensor of shape {shape} needs {nbytes:,} bytes, "
+            f"over max_tensor_bytes={CONTEXT.max_tensor_bytes:,}",
             code="E-LIMIT-TENSOR",
             address=address,
             opcode=opcode,

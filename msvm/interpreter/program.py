@@ -263,7 +263,7 @@ class Executable:
             address=address,
             opcode=self.by_address[address].opname,
             source=self.by_address[address].ins.loc,
-            hint="raise it with ms.set_context(max_loop_iterations=...) if the loop is meant to run that long",
+            hint="raise ms.set_context(max_loop_iterations=...) if the loop is meant to run that long",
         )
 
     # -- failures ------------------------------------------------------------------------------

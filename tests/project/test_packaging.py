@@ -24,7 +24,8 @@ def _conda_specs() -> dict[str, str]:
 def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = {}
-    for req in project["dependencies"] + sum(project["optional-dependencies"].values(), []):
+    extras = [req for group in project["optional-dependencies"].values() for req in group]
+    for req in project["dependencies"] + extras:
         wanted[_name(req)] = req[len(_name(req)) :].strip()
     conda = _conda_specs()
     assert set(conda) == set(wanted), (
