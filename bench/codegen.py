@@ -22,7 +22,7 @@ import numpy as np
 
 from msvm.bytecode import ModuleBuilder
 from msvm.interpreter import Program
-from msvm.jit.codegen import CompiledRegion, compile_region
+from msvm.msjit.codegen import CompiledRegion, compile_region
 from msvm.native.blas import best_sgemm
 
 from .harness import fmt_ratio, fmt_time, measure, optional_import, table

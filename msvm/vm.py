@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .jit import cache as _jit_cache
-from .jit import compiler as _jit_compiler
-from .jit import regions as _jit_regions
-from .jit import runtime as _jit_runtime
-from .jit import stats as _jit_stats
+from .msjit import cache as _jit_cache
+from .msjit import compiler as _jit_compiler
+from .msjit import regions as _jit_regions
+from .msjit import runtime as _jit_runtime
+from .msjit import stats as _jit_stats
 from .observe.trace import TRACE, TraceEvent, load_events, summarize, to_chrome_trace, to_csv
 
 

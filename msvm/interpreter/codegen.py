@@ -53,7 +53,7 @@ def generate(
 
     ``names`` holds the helpers the prologue uses (ENTRY, SEEN, FAULT, LOOPLIMIT, CTX and, when
     ``traced``, EMIT/NOW); every step's own names are merged in. ``regions`` are the JIT's region
-    dispatches (``msvm.jit.runtime.RegionDispatch``): each wraps its run of lines with a jump-table
+    dispatches (``msvm.msjit.runtime.RegionDispatch``): each wraps its run of lines with a jump-table
     lookup that runs native code when there is some.
     """
     fn = info.function

@@ -120,9 +120,9 @@ class Executable:
 
     @property
     def jit(self) -> Any:
-        """The JIT's state for this function (``msvm.jit.runtime.FunctionJit``), planned on first use."""
+        """The JIT's state for this function (``msvm.msjit.runtime.FunctionJit``), planned on first use."""
         if self._jit is None:
-            from ..jit.runtime import attach
+            from ..msjit.runtime import attach
 
             self._jit = attach(self)
         return self._jit

@@ -25,7 +25,7 @@ import pytest
 import msvm as ms
 from msvm.context import CONTEXT, Context
 from msvm.frontend.jitfunction import JitOptions
-from msvm.jit.compiler import COMPILER
+from msvm.msjit.compiler import COMPILER
 from msvm.observe.trace import TRACE
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"

@@ -8,7 +8,7 @@ from codegen_helpers import assert_close, check, compiled, interpret, rand, regi
 
 from msvm.bytecode import RegRef
 from msvm.errors import ShapeError
-from msvm.jit.codegen import LoweringError, can_lower, lower
+from msvm.msjit.codegen import LoweringError, can_lower, lower
 from msvm.native.worker import CompileWorker
 from msvm.ops import REGISTRY, TensorType
 from msvm.shapes import parse_shape

@@ -4,8 +4,8 @@ import pytest
 
 from msvm.bytecode import ModuleBuilder, RegRef
 from msvm.interpreter import Program
-from msvm.jit.cache import CachePolicy, JitSettings, bucket_of, plan_keys
-from msvm.jit.regions import analyze_executable, def_use, region_io
+from msvm.msjit.cache import CachePolicy, JitSettings, bucket_of, plan_keys
+from msvm.msjit.regions import analyze_executable, def_use, region_io
 
 
 @pytest.mark.parametrize(("value", "bucket"), [(1, (1, 8)), (8, (1, 8)), (9, (9, 16)), (16, (9, 16)),

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from codegen_helpers import assert_close, check, compiled, interpret, rand, region
 
-from msvm.jit.codegen.kernels import PARALLEL_MIN, THREADS
+from msvm.msjit.codegen.kernels import PARALLEL_MIN, THREADS
 
 pytestmark = pytest.mark.skipif(THREADS < 2, reason="one CPU: kernels never split")
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from codegen_helpers import check, rand, region
 
-from msvm.jit.codegen import lower
+from msvm.msjit.codegen import lower
 
 
 def kinds(r) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 import msvm as ms
 import msvm.ops as ops
 from msvm.frontend import Tensor, jit
-from msvm.jit.compiler import COMPILER
+from msvm.msjit.compiler import COMPILER
 
 
 def rand(*shape: int, seed: int = 0) -> np.ndarray:
@@ -187,7 +187,7 @@ def test_reset_drops_entries_counters_and_events() -> None:
 
 
 def test_monitor_sees_the_queue_the_active_compile_and_events_on_the_compiler_thread() -> None:
-    from msvm.jit.codegen import compile_region
+    from msvm.msjit.codegen import compile_region
 
     release = threading.Event()
 
@@ -251,7 +251,7 @@ def tuned(x: Tensor["N", 16]):
 
 
 def test_jit_options_reach_the_code_generator() -> None:
-    from msvm.jit.codegen import compile_region
+    from msvm.msjit.codegen import compile_region
 
     seen: list[dict] = []
 

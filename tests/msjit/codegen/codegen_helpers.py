@@ -10,7 +10,7 @@ import numpy as np
 import msvm.ops  # noqa: F401  (registers the ops)
 from msvm.bytecode import FunctionBuilder, Module, ModuleBuilder
 from msvm.interpreter import Program
-from msvm.jit.codegen import CompiledRegion, compile_region
+from msvm.msjit.codegen import CompiledRegion, compile_region
 
 TOL = {"float16": (2e-2, 2e-2), "float32": (2e-4, 2e-5), "float64": (1e-9, 1e-10)}
 

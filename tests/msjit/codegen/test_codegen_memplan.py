@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from codegen_helpers import assert_close, compiled, interpret, rand, region
 
-from msvm.jit.codegen import lower
-from msvm.jit.codegen.memplan import ALIGN
+from msvm.msjit.codegen import lower
+from msvm.msjit.codegen.memplan import ALIGN
 
 
 def _pipeline(f, x, w):

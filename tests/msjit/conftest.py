@@ -8,7 +8,7 @@ import pytest
 
 import msvm as ms
 from msvm.context import CONTEXT, Context
-from msvm.jit.compiler import COMPILER
+from msvm.msjit.compiler import COMPILER
 
 _JIT_SETTINGS = ("jit_enabled", "jit_cache_entries", "jit_cache_region_entries", "jit_adaptive_budget",
                  "compile_timeout_ms")

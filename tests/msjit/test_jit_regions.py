@@ -9,8 +9,8 @@ import msvm as ms
 from msvm.bytecode import ModuleBuilder, RegRef
 from msvm.frontend import Tensor, jit
 from msvm.interpreter import Program
-from msvm.jit.cache import CachePolicy, JitSettings, plan_keys
-from msvm.jit.regions import analyze_executable, build_function, def_use, region_io
+from msvm.msjit.cache import CachePolicy, JitSettings, plan_keys
+from msvm.msjit.regions import analyze_executable, build_function, def_use, region_io
 from msvm.verifier import verify_module
 
 

@@ -9,7 +9,7 @@ import pytest
 import msvm as ms
 import msvm.ops as ops
 from msvm.frontend import Tensor, jit
-from msvm.jit.compiler import COMPILER
+from msvm.msjit.compiler import COMPILER
 
 
 @jit
