@@ -1,8 +1,13 @@
 """msvm: a bytecode VM with a JIT for dynamic-shape tensor programs.
 
 ``import msvm as ms``; decorate a function with ``@ms.jit``, call it with numpy arrays. The
-Jupyter layer (``%load_ext msvm``) is imported only when IPython asks for it.
+Jupyter layer (``%load_ext msvm``) is imported only when IPython asks for it, and the heavy parts
+of the core — the JIT, llvmlite, the native kernels, the host measurements — only when first used,
+so that importing msvm and running a first interpreted call takes a fraction of a second
+(``tests/test_cold_start.py`` checks what ``import msvm`` leaves out).
 """
+
+__version__ = "0.1.0"  # before the imports: the capability DB's on-disk cache is keyed by it
 
 from . import ops, vm
 from .bytecode import Module
@@ -13,6 +18,7 @@ from .errors import (
     BytecodeFormatError,
     CompileError,
     JitError,
+    KernelError,
     KernelNotFoundError,
     MsvmError,
     ResourceLimitError,
@@ -21,8 +27,6 @@ from .errors import (
 )
 from .frontend import Tensor, jit, load, mutable, save, symbolic_mul
 from .validate import validate
-
-__version__ = "0.1.0"
 
 
 def load_ipython_extension(ipython) -> None:  # pragma: no cover - exercised by the widget tests
@@ -36,6 +40,7 @@ __all__ = [
     "BytecodeFormatError",
     "CompileError",
     "JitError",
+    "KernelError",
     "KernelNotFoundError",
     "Module",
     "MsvmError",

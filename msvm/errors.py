@@ -135,9 +135,23 @@ class ShapeError(MsvmError):
 
 
 class ResourceLimitError(MsvmError):
-    """A configured limit (bytes per tensor or call, loop iterations) would be exceeded."""
+    """A configured limit (bytes per tensor or call, loop iterations) would be exceeded, or memory ran out.
+
+    ``E-LIMIT-MEMORY`` is the machine itself running out of memory while a kernel ran (a MemoryError).
+    """
 
     default_code = "E-LIMIT"
+
+
+class KernelError(MsvmError):
+    """A kernel failed at run time for a reason other than its inputs' shapes or memory.
+
+    Kernels' ValueError/IndexError become ``ShapeError`` and MemoryError ``ResourceLimitError``; anything
+    else (a bug in a kernel variant, an unexpected numpy error) is this. The message names the instruction
+    and the original error, the hint the inputs.
+    """
+
+    default_code = "E-RUNTIME"
 
 
 class KernelNotFoundError(MsvmError):
@@ -156,6 +170,7 @@ __all__ = [
     "BytecodeFormatError",
     "CompileError",
     "JitError",
+    "KernelError",
     "KernelNotFoundError",
     "MsvmError",
     "ResourceLimitError",

@@ -5,10 +5,12 @@ only useful if it can be pasted back in. Both directions are generic: every oper
 and parsed by its :class:`~msvm.bytecode.opcodes.Kind` (one printer and one parser per kind),
 so a new opcode needs no code here. Everything after ``;`` is a comment; that is where the
 disassembler puts addresses, register types and source lines, so text -> module -> text is
-stable. The assembler checks syntax, register ranges and block labels only; meaning (types,
-dominance, op names, attributes) is the verifier's job. Errors are ``BytecodeFormatError``\\ s
-with a ``SourceLoc`` (line, 0-based column) and say what was expected and what was found.
-See ``docs/bytecode.md`` for the grammar.
+stable. Debug locations in the file most instructions come from are written ``@line:col`` under a
+``source "file"`` line after the module line, so a listing does not repeat a long path on every
+instruction; other files keep ``@"file":line:col``. The assembler checks syntax, register ranges
+and block labels only; meaning (types, dominance, op names, attributes) is the verifier's job.
+Errors are ``BytecodeFormatError``\\ s with a ``SourceLoc`` (line, 0-based column) and say what
+was expected and what was found. See ``docs/bytecode.md`` for the grammar.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import linecache
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, NoReturn
 
@@ -121,8 +124,12 @@ _PRINT: dict[Kind, Callable[[Any], str]] = {
 }
 
 
-def format_instruction(ins: Instruction) -> str:
-    """One instruction without comment: destinations before ``=``, other operands in table order."""
+def format_instruction(ins: Instruction, source: str | None = None) -> str:
+    """One instruction without comment: destinations before ``=``, other operands in table order.
+
+    ``source`` is the module's default source file (its ``source "file"`` line): a location in that
+    file is written ``@line:col``, any other ``@"file":line:col``.
+    """
     dsts, rest = [], []
     for operand, value in zip(ins.opcode.operands, ins.args):
         if operand.kind in (Kind.DST, Kind.DSTS):
@@ -134,8 +141,15 @@ def format_instruction(ins: Instruction) -> str:
     if rest:
         text += " " + ", ".join(rest)
     if ins.loc is not None:
-        text += f"  @{_string(ins.loc.file)}:{ins.loc.line}:{ins.loc.col + 1}"
+        file = "" if ins.loc.file == source else f"{_string(ins.loc.file)}:"
+        text += f"  @{file}{ins.loc.line}:{ins.loc.col + 1}"
     return text
+
+
+def default_source(module: Module) -> str | None:
+    """The file most debug locations of ``module`` are in (the first seen among equals); None without any."""
+    files = Counter(ins.loc.file for fn in module.functions for _, _, ins in fn.instructions() if ins.loc)
+    return files.most_common(1)[0][0] if files else None
 
 
 def _literal(value: Any) -> str:
@@ -186,6 +200,9 @@ def disassemble(
         f"; MS-BC module: {nf} function{'' if nf == 1 else 's'}, {nc} constant{'' if nc == 1 else 's'}",
         f"module {_string(module.name)}",
     ]
+    source = default_source(module)
+    if source is not None:
+        out.append(f"source {_string(source)}")
     if module.constants:
         out.append("")
     out += [format_constant(i, arr) for i, arr in enumerate(module.constants)]
@@ -205,7 +222,7 @@ def disassemble(
                     line = _one_line(linecache.getline(ins.loc.file, ins.loc.line))
                     if line:
                         notes.append("| " + line)
-                rows.append(("  " + format_instruction(ins), "  ".join(notes)))
+                rows.append(("  " + format_instruction(ins, source), "  ".join(notes)))
                 address += 1
         width = min(max((len(c) for c, n in rows if n is not None), default=0), COMMENT_COLUMN)
         out += [code if note is None else f"{code.ljust(width)}  ; {note}" for code, note in rows]
@@ -263,6 +280,7 @@ class _Parser:
         self.ctx = ""  # appended to "expected ..." messages, e.g. " for operand 2 (a) of CMP"
         self.fn_name = ""
         self.num_regs = 0
+        self.source: str | None = None  # the file of @line:col locations (the 'source "file"' line)
         self.block_refs: list[tuple[int, int, int]] = []  # (block, line, col)
         self.const_refs: list[tuple[int, int, int]] = []
         self.operand_parsers: dict[Kind, Callable[[], Any]] = {
@@ -498,14 +516,22 @@ class _Parser:
         )
 
     def location(self) -> SourceLoc:
-        tok = self.take()
-        if tok.kind != "string":
-            self.expected("a file name in double quotes after '@' (@\"file\":line:col)", tok, "")
-        self.expect(":", " in the debug location")
+        tok = self.peek()
+        if tok.kind == "string":
+            self.take()
+            file = tok.value
+            self.expect(":", " in the debug location")
+        elif tok.kind == "int":
+            if self.source is None:
+                self.fail("a location without a file name (@line:col) needs a 'source \"file\"' line "
+                          "before the functions", tok)
+            file = self.source
+        else:
+            self.expected("a debug location after '@' (@line:col, or @\"file\":line:col)", tok, "")
         line = self.int64(self.take(), 0, INT64_MAX, "a line number")
         self.expect(":", " in the debug location")
         col = self.int64(self.take(), 1, INT64_MAX, "a 1-based column")
-        return SourceLoc(tok.value, line, col - 1)
+        return SourceLoc(file, line, col - 1)
 
     # -- lines ------------------------------------------------------------------------------
     def instruction(self) -> Instruction:
@@ -697,6 +723,19 @@ class _Parser:
                 self.fail(f"{_describe(tok)} is out of range for {dtype}", tok)
         return value
 
+    def source_line(self, tok: _Tok, late: bool) -> None:
+        """``source "file"``: the file of the locations written ``@line:col`` (once, before the code)."""
+        if self.source is not None:
+            self.fail("a second 'source' line: a module has one default source file", tok)
+        if late:
+            self.fail("'source \"file\"' must come before 'const' and 'func' lines", tok)
+        self.take()
+        file_tok = self.take()
+        if file_tok.kind != "string":
+            self.expected("the file name in double quotes", file_tok, " after 'source'")
+        self.source = file_tok.value
+        self.expect_end("the source file name")
+
     def module(self) -> Module:
         name, constants, functions = "module", [], []
         first = True
@@ -711,12 +750,14 @@ class _Parser:
                     self.expected("the module name in double quotes", name_tok, " after 'module'")
                 name = name_tok.value
                 self.expect_end("the module name")
+            elif tok.kind == "name" and tok.text == "source":
+                self.source_line(tok, bool(constants or functions))
             elif tok.kind == "name" and tok.text == "const":
                 constants.append(self.constant(len(constants)))
             elif tok.kind == "name" and tok.text == "func":
                 functions.append(self.function())
             else:
-                self.expected("'module', 'const' or 'func'", tok, " at the top level")
+                self.expected("'module', 'source', 'const' or 'func'", tok, " at the top level")
             first = False
         for index, line, col in self.const_refs:
             if index >= len(constants):
@@ -747,6 +788,7 @@ def assemble(text: str, filename: str = "<text>") -> Module:
 __all__ = [
     "KIND_SYNTAX",
     "assemble",
+    "default_source",
     "disassemble",
     "format_attr_value",
     "format_constant",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -23,7 +24,7 @@ from ..interpreter import Program
 from ..shapes import ShapeSpec
 from ..verifier import verify_module
 from .annotations import Mutable, TensorAnnotation
-from .compiler import FunctionCompiler, ParamKind, ScalarParam, StaticParam, TensorParam
+from .compiler import FunctionCompiler, ParamKind, ScalarParam, StaticParam, TensorParam, scalar_symbol
 from .parsed import ParsedFunction
 from .values import NOTHING, VALUE, rebuild
 
@@ -371,11 +372,41 @@ class JitFunction:
                 inputs.append((index, convert, isinstance(kinds[name], TensorParam)))
         return kinds, inputs
 
+    def _check_annotation_symbols(self, kinds: dict[str, ParamKind]) -> None:
+        """Every symbol in an annotated shape is bound at entry in this version (else a CompileError).
+
+        Why here and not in the verifier: it would reject the version too (E-VERIFY-UNBOUND-SYMBOL), but
+        at a TENSOR_CREATE the user never wrote, while the mistake is in the annotation. A symbol is bound
+        by a dimension that is just that symbol (``"H"``) or by an ``ms.mutable`` parameter of its name.
+        """
+        bound = {scalar_symbol(name) for name, kind in kinds.items() if isinstance(kind, ScalarParam)}
+        bound.update(d.name for kind in kinds.values() if isinstance(kind, TensorParam)
+                     for d in kind.spec if d.is_symbol)
+        for name, kind in kinds.items():
+            if name not in self.parsed.annotations or not isinstance(kind, TensorParam):
+                continue
+            for axis, dim in enumerate(kind.spec):
+                missing = sorted(dim.free_symbols - bound)
+                if not missing:
+                    continue
+                symbol = missing[0]
+                plain = re.sub(r"\W", "", str(dim))
+                plain = plain if plain[:1].isalpha() else f"D{plain}"
+                hint = (f"name the dimension with a plain symbol, e.g. '{plain}', or bind {symbol} with "
+                        "another parameter's dimension")
+                if symbol in self._names:
+                    hint += f" (or pass {symbol} as ms.mutable(...))"
+                raise self.parsed.error(
+                    "E-COMPILE-ANNOTATION", self.parsed.param_node(name),
+                    f"dim {axis} of parameter {name!r} is {dim}, but nothing binds {', '.join(missing)}: "
+                    "a size expression needs its symbols bound by other dimensions", hint)
+
     def _compile(self, key: tuple) -> Version:
         with self._lock:
             version = self._versions.get(key)
             if version is None:
                 kinds, inputs = self._kinds(key)
+                self._check_annotation_symbols(kinds)
                 compiler = FunctionCompiler(self, kinds)
                 module = compiler.compile()
                 returns = compiler.frame.returns_structure or NOTHING

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..bytecode.module import Module
 from ..context import CONTEXT, on_change
-from ..errors import MsvmError, ResourceLimitError, ShapeError
+from ..errors import KernelError, MsvmError, ResourceLimitError, ShapeError
 from ..observe.trace import TRACE, TraceEvent
 from ..ops.registry import TensorType
 from ..scheduler import binding_settings
@@ -155,18 +155,20 @@ class Executable:
     def _emit(self, address: int, t0: int, t1: int, out: Any) -> None:
         step = self.by_address[address]
         ins = step.ins
+        choice = step.choice if ins.name == "OP_CALL" else None  # the kernel that just ran, and why
         TRACE.record(
             TraceEvent(
                 self.name,
                 address,
                 ins.name,
-                ins["op"] if ins.name == "OP_CALL" else None,
-                step.choice.variant if ins.name == "OP_CALL" else None,
+                ins["op"] if choice else None,
+                choice.variant if choice else None,
                 t0,
                 t1 - t0,
                 threading.get_ident(),
                 "interp",
                 list(out.shape) if isinstance(out, np.ndarray) else None,
+                choice.reason if choice else None,
             )
         )
 
@@ -223,10 +225,9 @@ class Executable:
                         TypeError,
                     )
                 bindings[ins["symbol"]] = int(value)
-        for step in self.steps:
+        inputs = [s for s in self.steps if s.ins.name == "TENSOR_CREATE" and s.ins["arg"] >= 0]
+        for step in inputs:
             ins = step.ins
-            if ins.name != "TENSOR_CREATE" or ins["arg"] < 0:
-                continue
             value = args[ins["arg"]]
             if not isinstance(value, np.ndarray):
                 raise self._input_error(
@@ -239,6 +240,12 @@ class Executable:
                 raise self._input_error(
                     step, f"must have dtype {ins['dtype']}, got {value.dtype.name}", "E-SHAPE-DTYPE"
                 )
+            if len(value.shape) == ins["shape"].rank:  # plain symbols first, so any input may bind H for H*2
+                for dim, size in zip(ins["shape"], value.shape):
+                    if dim.is_symbol:
+                        bindings.setdefault(dim.name, size)
+        for step in inputs:
+            ins, value = step.ins, args[step.ins["arg"]]
             problems = match_shape(ins["shape"], value.shape, bindings)
             if problems:
                 raise self._input_error(
@@ -318,6 +325,4 @@ class Executable:
             return ShapeError(
                 f"{step.opname} failed on its inputs: {detail}", code="E-SHAPE-RUNTIME", hint=hint, **where
             )
-        return MsvmError(
-            f"{step.opname} failed: {detail}", code="E-RUNTIME", hint="inputs " + "; ".join(inputs), **where
-        )
+        return KernelError(f"{step.opname} failed: {detail}", hint="inputs " + "; ".join(inputs), **where)

@@ -19,11 +19,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-FIELDS = ("function", "address", "opcode", "op", "variant", "start_ns", "dur_ns", "thread", "mode", "shape")
+FIELDS = ("function", "address", "opcode", "op", "variant", "start_ns", "dur_ns", "thread", "mode", "shape",
+          "reason")
 
 
 @dataclass
 class TraceEvent:
+    """One executed instruction, native region run or compile phase.
+
+    ``variant`` and ``reason`` say which kernel an OP_CALL ran and why the scheduler chose it; fields
+    added later (``reason``) default to None, so older ``.bclog`` files still read.
+    """
+
     function: str
     address: int
     opcode: str
@@ -34,6 +41,7 @@ class TraceEvent:
     thread: int
     mode: str  # "interp" | "jit" | "compile"
     shape: list[int] | None = None
+    reason: str | None = None
 
 
 class TraceRecorder:
@@ -180,6 +188,7 @@ def to_chrome_trace(out_path: str | os.PathLike, source: Any = None) -> Path:
                     "pc": f"0x{e.address:04x}",
                     "opcode": e.opcode,
                     "variant": e.variant,
+                    "reason": e.reason,
                     "shape": e.shape,
                 },
             }

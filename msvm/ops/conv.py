@@ -111,7 +111,7 @@ register(NnOpDef(
     name="conv2d", inputs=("x", "weight", "bias"),
     attrs={
         "stride": Attr("ints", (1, 1), doc=_PAIR_DOC),
-        "padding": Attr("ints", (0, 0), choices=("same", "valid"),
+        "padding": Attr("ints_or_str", (0, 0), choices=("same", "valid"),
                         doc=f"zero padding on both sides, {_PAIR_DOC}; or 'same' (stride 1) / 'valid'"),
         "dilation": Attr("ints", (1, 1), doc=_PAIR_DOC),
         "groups": Attr("int", 1, doc="channel groups; groups == channels is a depthwise conv"),

@@ -33,7 +33,7 @@ def _filled_infer(name: str) -> Callable[..., TensorType]:
 
 
 _SHAPE = Attr("dims", doc="the output shape")
-_DTYPE = Attr("dtype", "float32")
+_DTYPE = Attr("dtype", "float32", doc="the element type of the output")
 
 register(OpDef(
     name="zeros", inputs=(), attrs={"shape": _SHAPE, "dtype": _DTYPE}, infer=_filled_infer("zeros"),
@@ -78,8 +78,9 @@ def _arange_infer(ctx: InferContext, start: Any, stop: Any, step: Any, dtype: st
 
 register(OpDef(
     name="arange", inputs=(),
-    attrs={"start": Attr("dim", 0), "stop": Attr("dim", doc="end (exclusive)"), "step": Attr("dim", 1),
-           "dtype": Attr("dtype", "int64")},
+    attrs={"start": Attr("dim", 0, doc="first value (inclusive)"), "stop": Attr("dim", doc="end (exclusive)"),
+           "step": Attr("dim", 1, doc="spacing: a non-zero int, or a register that must be > 0 at run time"),
+           "dtype": Attr("dtype", "int64", doc="the element type of the output (not bool)")},
     infer=_arange_infer,
     kernel=lambda start, stop, step, dtype: np.arange(start, stop, step, dtype=dtype), traits=CREATION,
     doc="start, start+step, ... up to stop (exclusive), like np.arange on ints",

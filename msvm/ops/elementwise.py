@@ -20,7 +20,7 @@ from .registry import Attr, InferContext, OpDef, OpTypeError, TensorType, regist
 UNARY = frozenset({"elementwise", "unary"})
 BINARY = frozenset({"elementwise", "binary"})
 COMPARISON = frozenset({"elementwise", "binary", "comparison"})
-TERNARY = frozenset({"elementwise"})
+TERNARY = frozenset({"elementwise", "ternary"})
 
 
 # -- helpers shared by the op modules ---------------------------------------------------------------

@@ -360,7 +360,8 @@ def _pad(x: np.ndarray, pads: Sequence[int], mode: str = "constant", value: floa
 register(OpDef(
     name="pad", inputs=("x",),
     attrs={"pads": Attr("ints", doc="(left, right) pairs, last dim first (torch F.pad order)"),
-           "mode": Attr("str", "constant", ("constant", "reflect", "replicate")),
+           "mode": Attr("str", "constant", ("constant", "reflect", "replicate"),
+                        doc="fill with value, mirror the edge (excluding it), or repeat the edge element"),
            "value": Attr("float", 0.0, doc="fill value for mode='constant'")},
     infer=_pad_infer, kernel=_pad, traits=LAYOUT,
     doc="x padded (torch F.pad; reflect follows numpy when a pad exceeds the dim)",
@@ -459,7 +460,8 @@ def _flatten(x: np.ndarray, start_dim: int = 0, end_dim: int = -1) -> np.ndarray
 
 register(OpDef(
     name="flatten", inputs=("x",),
-    attrs={"start_dim": Attr("int", 0), "end_dim": Attr("int", -1)},
+    attrs={"start_dim": Attr("int", 0, doc="first dim merged (negative counts from the end)"),
+           "end_dim": Attr("int", -1, doc="last dim merged, inclusive (negative counts from the end)")},
     infer=_flatten_infer, kernel=_flatten, traits=LAYOUT,
     doc="dims start_dim..end_dim merged into one (torch.flatten; a scalar becomes [1])",
 ))

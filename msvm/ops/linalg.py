@@ -1,7 +1,8 @@
 """matmul (numpy semantics, batch broadcasting) and linear (PyTorch's F.linear: x @ w.T + b).
 
 The contracted dims must agree: a provable mismatch is a verification error, an undecidable one a
-run-time guard. Batch dims broadcast like numpy's ``matmul``.
+run-time guard. Batch dims broadcast like numpy's ``matmul``. linear is an nn op too (an
+``NnOpDef``: ``bias=None`` and keyword inputs, like torch), but keeps numpy's dtype promotion.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import numpy as np
 
 from ..shapes import ShapeSpec
 from .elementwise import array_kernel, ufunc_dtype
+from .nn_common import NN, NnOpDef
 from .registry import InferContext, OpDef, OpTypeError, TensorType, register
 
 LINALG = frozenset({"linalg"})
@@ -64,8 +66,8 @@ def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.nda
     return np.asarray(y if b is None else np.add(y, b))
 
 
-register(OpDef(
+register(NnOpDef(
     name="linear", inputs=("x", "w", "b"), attrs={}, infer=_linear_infer, kernel=_linear,
-    traits=LINALG, optional_inputs=1,
+    traits=NN | LINALG, optional_inputs=1,
     doc="x @ w.T + b (PyTorch F.linear): w is [out, in], the bias b is optional",
 ))

@@ -36,8 +36,8 @@ class NnOpDef(OpDef):
 
     ``spread`` names tuple attributes that also take a single value: ``{"stride": 2}`` makes
     ``stride=3`` mean ``(3, 3)`` and requires exactly two values otherwise; ``None`` as the length
-    makes a single value a 1-tuple and allows any length (``normalized_shape=8``). A string listed
-    in such an attribute's ``choices`` (``padding="same"``) is passed through as is.
+    makes a single value a 1-tuple and allows any length (``normalized_shape=8``). A word of an
+    ``ints_or_str`` attribute (``padding="same"``) is kept as is; the generic checker accepts it.
     """
 
     spread: Mapping[str, int | None] = field(default_factory=dict)
@@ -63,7 +63,6 @@ class NnOpDef(OpDef):
 
     def check_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
         raw = dict(attrs)
-        words: dict[str, str] = {}
         for key, length in self.spread.items():
             value = raw.get(key)
             if isinstance(value, str):
@@ -73,11 +72,9 @@ class NnOpDef(OpDef):
                     words_ok = f" or one of {options}" if options else ""
                     raise OpTypeError("ATTR-TYPE", f"{self.name}: attribute {key!r} must be a tuple, "
                                       f"a single value{words_ok}, got {value!r}")
-                words[key] = raw.pop(key)
             elif value is not None and not isinstance(value, (tuple, list)):
                 raw[key] = (value,) * (length or 1)
         out = super().check_attrs(raw)
-        out.update(words)
         for key, length in self.spread.items():
             value = out[key]
             if length is not None and isinstance(value, tuple) and len(value) != length:

@@ -4,6 +4,33 @@ An op is its name, its inputs, an attribute schema, a symbolic shape function an
 kernel written in numpy. The verifier checks OP_CALLs against the schema and shape function,
 the interpreter runs the reference kernel (the oracle every fast path is tested against), and
 ``ms.ops.<name>`` calls it eagerly. New ops never change the bytecode format.
+
+Traits are the named properties an op declares once (``OpDef.traits``) so that later layers select
+ops by property instead of by name. The vocabulary, and what each trait promises:
+
+- ``elementwise``: each output element depends only on the input elements at the same position
+  after broadcasting; the output has the broadcast shape (per-channel parameters, as in
+  ``batch_norm``, count as broadcast).
+- ``unary`` / ``binary`` / ``ternary``: an elementwise op over exactly 1 / 2 / 3 tensor inputs that
+  broadcast together like numpy (``relu``, ``add``, ``where``).
+- ``comparison``: a binary elementwise op whose output is bool.
+- ``reduction``: each output element depends on a whole axis, row or window of the input — sums and
+  arg-reductions, ``softmax``, the norms, pooling.
+- ``layout``: output elements are copies of input elements (or a fill value) chosen by index
+  arithmetic alone, with no arithmetic on the values: views, copies, padding and gathers
+  (``take``, ``embedding``, ``resize_nearest``, but not the interpolating ``resize_bilinear``).
+  Only these may return a view of an input.
+- ``linalg``: contracts over a dimension, a GEMM at heart (``matmul``, ``linear``, ``conv2d``,
+  attention).
+- ``creation``: no tensor inputs; the output shape comes from the attributes.
+- ``data_dependent``: the output shape depends on the input values (``?`` dims); the JIT ends a
+  region there and the SCD analysis counts such dims as not anchored.
+- ``multi_output``: the number of outputs depends on the attributes (``outputs`` is callable).
+- ``nn``: a ``torch.nn.functional`` op with torch's semantics, defaults and argument forms
+  (``stride=2`` for ``(2, 2)``, ``bias=None``): exactly the ops registered as an ``NnOpDef``.
+
+The JIT and the SCD analysis read only ``data_dependent``; the others drive the docs (families in
+docs/ops.md) and the op tests.
 """
 
 from __future__ import annotations
@@ -28,16 +55,24 @@ ATTR_KINDS = (
     "str",  # str, optionally one of ``choices``
     "dtype",  # one of the supported dtype names
     "ints",  # tuple of ints
+    "ints_or_str",  # tuple of ints, or a str that is one of ``choices`` (conv2d's padding="same")
     "floats",  # tuple of floats
     "axes",  # None, an int, or a tuple of ints
     "dim",  # an int or a scalar register: a size or index known at run time
     "dims",  # tuple of ints / scalar registers
     "scalar",  # a number (int, float or bool) or a scalar register
 )
+_WORD_KINDS = ("str", "ints_or_str")  # the kinds whose values may be one of ``Attr.choices``
 
 
 @dataclass(frozen=True)
 class Attr:
+    """One attribute of an op's schema: its kind (``ATTR_KINDS``), default, accepted words and doc.
+
+    ``choices`` lists the strings a ``str`` or ``ints_or_str`` attribute accepts, so the schema says
+    everything the checker will accept; ``doc`` is the line docs/ops.md shows (required there).
+    """
+
     kind: str
     default: Any = REQUIRED
     choices: tuple = ()
@@ -263,6 +298,12 @@ def _check_attr_value(op: str, key: str, spec: Attr, value: Any) -> Any:
         if name in DTYPES:
             return name
         raise bad("a dtype (" + ", ".join(DTYPES) + ")")
+    if kind == "ints_or_str":
+        if isinstance(value, str):
+            if value in spec.choices:
+                return value
+            raise bad("a tuple of ints or one of " + ", ".join(map(repr, spec.choices)))
+        return _check_attr_value(op, key, Attr("ints"), value)
     if kind in ("ints", "floats", "dims"):
         items = value if isinstance(value, (tuple, list)) else None
         if items is None:
@@ -300,6 +341,11 @@ def register(op: OpDef) -> OpDef:
     for key, spec in op.attrs.items():
         if spec.kind not in ATTR_KINDS:
             raise ValueError(f"op {op.name}: attribute {key!r} has unknown kind {spec.kind!r}")
+        if spec.choices and spec.kind not in _WORD_KINDS:
+            raise ValueError(f"op {op.name}: attribute {key!r} of kind {spec.kind} cannot have choices "
+                             f"(only {' and '.join(_WORD_KINDS)} accept words)")
+        if spec.kind == "ints_or_str" and not spec.choices:
+            raise ValueError(f"op {op.name}: attribute {key!r} of kind ints_or_str needs choices")
     REGISTRY[op.name] = op
     return op
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from msvm.bytecode.builder import ModuleBuilder
 from msvm.bytecode.module import Block, Function, Module, RegRef, make_instruction
 from msvm.bytecode.opcodes import DTYPES, OPCODES
-from msvm.bytecode.text import MAX_REGS, assemble, disassemble
+from msvm.bytecode.text import MAX_REGS, assemble, default_source, disassemble
 from msvm.errors import BytecodeFormatError, SourceLoc
 
 try:
@@ -55,6 +55,7 @@ GOLDEN_TYPES = {("scale", 0): "float32[N, 3, H, W]", ("scale", 2): "i64 = H", ("
 GOLDEN_TEXT = """\
 ; MS-BC module: 1 function, 2 constants
 module "golden"
+source "<golden cell>"
 
 const k0 = float32[3] [0.5, -1.0, inf]
 const k1 = int32[20] base64"AAAAAAEAAAACAAAAAwAAAAQAAAAFAAAABgAAAAcAAAAIAAAACQAAAAoAAAALAAAADAAAAA0AAAAOAAAADwAAABAAAAARAAAAEgAAABMAAAA="
@@ -67,9 +68,9 @@ bb0:
   R3 = SCALAR_OP mul, R2, R1                                      ; msvm://bc/0x0003
   R4 = LOAD_CONST k0                                              ; msvm://bc/0x0004
   R5 = LOAD_CONST k1                                              ; msvm://bc/0x0005
-  R6 = OP_CALL relu, (R0), {}  @"<golden cell>":2:9               ; msvm://bc/0x0006  | y = ms.relu(x)
-  R7 = CMP lt, R2, R1  @"<golden cell>":3:5                       ; msvm://bc/0x0007  bool  | if x.shape[2] < h:
-  BR R7, bb1, bb2  @"<golden cell>":3:5                           ; msvm://bc/0x0008  | if x.shape[2] < h:
+  R6 = OP_CALL relu, (R0), {}  @2:9                               ; msvm://bc/0x0006  | y = ms.relu(x)
+  R7 = CMP lt, R2, R1  @3:5                                       ; msvm://bc/0x0007  bool  | if x.shape[2] < h:
+  BR R7, bb1, bb2  @3:5                                           ; msvm://bc/0x0008  | if x.shape[2] < h:
 bb1:
   R8 = OP_CALL slice, (R6), {axes=(2,), starts=(0,), stops=(R3,), scale=1.0, keep=true, mode="edge", pad=none}  ; msvm://bc/0x0009
   JMP bb2                                                         ; msvm://bc/0x000a
@@ -96,7 +97,7 @@ def test_golden_disassembly(golden_source) -> None:
 def test_source_lines_can_be_left_out(golden_source) -> None:
     text = disassemble(golden_module(), {}, source_lines=False)
     assert "|" not in text and "ms.relu" not in text
-    assert '  R6 = OP_CALL relu, (R0), {}  @"<golden cell>":2:9' in text
+    assert '  R6 = OP_CALL relu, (R0), {}  @2:9' in text
 
 
 def test_types_default_to_the_verifier_and_str_is_disassembly() -> None:
@@ -170,6 +171,56 @@ def every_opcode_module(with_locs: bool) -> Module:
     g = mb.function("empty_ret")
     g.ret()
     return mb.build()
+
+
+def test_locations_in_the_most_frequent_file_are_short() -> None:
+    """``source "file"`` names the file most instructions come from; its locations drop the file name."""
+    module = every_opcode_module(True)  # "<cell 7>" for most instructions, prog.py for the first ones
+    assert default_source(module) == "<cell 7>"
+    text = check_roundtrip(module)
+    lines = text.splitlines()
+    assert lines[1:3] == ['module "every_opcode"', 'source "<cell 7>"']
+    assert '"<cell 7>":' not in text and "@1:1" in text and '@"prog.py":10:5' in text
+    assert text.count("  @") == sum(ins.loc is not None for *_, ins in module.addresses())
+    assert "source" not in check_roundtrip(every_opcode_module(False))
+
+
+def test_a_tie_between_files_goes_to_the_first_seen() -> None:
+    mb = ModuleBuilder("tie")
+    f = mb.function("f")
+    for file in ("b.py", "a.py", "a.py", "b.py"):
+        f.loc = SourceLoc(file, 1, 0)
+        f.scalar_const(1)
+    f.loc = None
+    f.ret()
+    module = mb.build()
+    assert default_source(module) == "b.py"
+    text = check_roundtrip(module)
+    assert 'source "b.py"' in text and text.count('@"a.py":1:1') == 2 and text.count("@1:1") == 2
+
+
+def test_handwritten_source_lines() -> None:
+    """A hand-written ``source`` names any file; ``@"file"`` locations stay valid next to ``@line:col``."""
+    text = (
+        'module "m"\n'
+        'source "/home/u/model.py"\n'
+        "func @f() regs=2 {\n"
+        "bb0:\n"
+        "  R0 = SCALAR_CONST 1  @12:5\n"
+        '  R1 = SCALAR_CONST 2  @"/home/u/model.py":13:1\n'
+        '  RET (R0)  @"other.py":1:1\n'
+        "}\n"
+    )
+    ins = assemble(text).function("f").blocks[0].instructions
+    assert [i.loc for i in ins] == [
+        SourceLoc("/home/u/model.py", 12, 4),
+        SourceLoc("/home/u/model.py", 13, 0),
+        SourceLoc("other.py", 1, 0),
+    ]
+    printed = disassemble(assemble(text), {})
+    assert "@12:5" in printed and "@13:1" in printed and '@"other.py":1:1' in printed
+    assert assemble('source ""\nfunc @f() regs=1 {\nbb0:\n  RET ()  @1:1\n}').function("f").blocks[0] \
+        .instructions[0].loc == SourceLoc("", 1, 0)
 
 
 @pytest.mark.parametrize("with_locs", [False, True])
@@ -325,6 +376,8 @@ L_BARE = "  R0 = OP_CALL f, (), {mode=edge}"
 L_K = "  R0 = LOAD_CONST k3"
 L_TWO = "  R0, R1 = SCALAR_CONST 1"
 L_PHI = "  R0 = TENSOR_PHI [bb0 R1]"
+L_SHORT = "  R1 = SCALAR_CONST 1  @3:1"
+L_NOLOC = "  R1 = SCALAR_CONST 1  @x:3:1"
 
 ERRORS = [
     # (text, line, 0-based column, message: exact if it starts with '=', else a substring)
@@ -362,7 +415,14 @@ ERRORS = [
     ("const k0 = float64[] 1e400", 1, 21, "out of range (write inf or -inf)"),
     ("const k0 = int32[] 2147483648", 1, 19, "must be in [-2147483648, 2147483647]"),
     ('module "a"\nmodule "b"', 2, 0, "must come first"),
-    ("\n\n  hello world", 3, 2, "expected 'module', 'const' or 'func' at the top level, found 'hello'"),
+    ("\n\n  hello world", 3, 2, "expected 'module', 'source', 'const' or 'func' at the top level, found"),
+    (fn(L_SHORT), 3, col(L_SHORT, "3:1"), "needs a 'source \"file\"' line before the functions"),
+    (fn(L_NOLOC), 3, col(L_NOLOC, "x"), "=expected a debug location after '@' (@line:col, or "
+     '@"file":line:col), found \'x\''),
+    ('source "a.py"\nsource "b.py"', 2, 0, "=a second 'source' line: a module has one default source file"),
+    ('const k0 = int64[] 1\nsource "a.py"', 2, 0, "must come before 'const' and 'func' lines"),
+    ("source a.py", 1, 7, "=expected the file name in double quotes after 'source', found 'a.py'"),
+    ('source "a.py"\nmodule "m"', 2, 0, "must come first"),
 ]
 
 

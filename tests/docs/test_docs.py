@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -100,7 +101,8 @@ def test_a_new_op_without_a_shape_example_fails(
         return x
 
     op = OpDef(
-        "undocumented_op", ("x",), {"alpha": Attr("float", 1.0)}, infer, lambda x, alpha: x, doc="a test op"
+        "undocumented_op", ("x",), {"alpha": Attr("float", 1.0, doc="a factor")}, infer, lambda x, alpha: x,
+        doc="a test op",
     )
     monkeypatch.setitem(REGISTRY, op.name, op)
     copy = tmp_path / "ops.md"
@@ -126,6 +128,30 @@ def test_an_op_without_a_doc_line_or_with_a_wrong_example_fails(monkeypatch: pyt
     monkeypatch.setitem(docgen.OP_EXAMPLES, "matmul", (("float32[N, 3]", "float32[4, M]"), {}))
     with pytest.raises(docgen.DocgenError, match="matmul"):
         docgen.op_example("matmul")
+
+
+def test_an_attribute_without_a_doc_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table of attributes has no "—" rows: an Attr registered without doc= breaks --check."""
+    flatten = REGISTRY["flatten"]
+    attrs = {**flatten.attrs, "end_dim": Attr("int", -1)}
+    monkeypatch.setitem(
+        REGISTRY,
+        "flatten",
+        OpDef(flatten.name, flatten.inputs, attrs, flatten.infer, flatten.kernel, traits=flatten.traits,
+              doc=flatten.doc),
+    )
+    copy = tmp_path / "ops.md"
+    copy.write_text(read("ops.md"), encoding="utf-8")
+    assert docgen.main(["--check", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert "'end_dim'" in err and "'flatten'" in err and "doc=" in err
+
+
+def test_every_op_attribute_has_a_doc() -> None:
+    undocumented = [f"{op}.{key}" for op, d in REGISTRY.items() for key, a in d.attrs.items() if not a.doc]
+    assert not undocumented
 
 
 def test_every_example_names_a_registered_op() -> None:
@@ -243,8 +269,10 @@ def test_every_error_class_has_its_section() -> None:
     for cls in classes:
         body = section(text, f"### `{cls.__name__}`")
         assert f"Code `{cls.default_code}`" in body
-        assert cls.__doc__.split(";")[0].replace("``", "`").strip() in body
+        first = " ".join(inspect.getdoc(cls).split(";")[0].split())  # docstring lines join into one
+        assert first.replace("``", "`") in body
         assert re.search(rf"^\s*{cls.__name__}\s+{cls.default_code}$", text, re.M), cls.__name__
+        assert getattr(msvm, cls.__name__) is cls, f"ms.{cls.__name__} is not exported"
 
 
 # -- links --------------------------------------------------------------------------------------------

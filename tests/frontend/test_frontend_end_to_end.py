@@ -130,6 +130,24 @@ def test_ms_ops_calls() -> None:
     check(op_calls, rand(4, 3), rand(5, 3), rand(5))
 
 
+@jit
+def conv_same(x: Tensor["N", 3, "H", "W"], w: Tensor[4, 3, 3, 3], b: Tensor[4]):
+    return ms.ops.linear(ms.ops.conv2d(x, w, padding="same").mean(axis=(2, 3)), ms.ops.ones((2, 4)), b=None) \
+        + ms.ops.conv2d(x, w, b, padding="valid").sum()
+
+
+def test_conv2d_padding_words_and_linear_keywords_survive_every_format() -> None:
+    """padding="same" (an ints_or_str attribute) and linear's b=None: verified, saved, printed, run."""
+    from msvm.bytecode.binary import decode_module, encode_module
+
+    x, w, b = rand(2, 3, 5, 6), rand(4, 3, 3, 3), rand(4)
+    check(conv_same, x, w, b, rtol=1e-4)
+    module = conv_same.bytecode
+    assert decode_module(encode_module(module)) == module
+    assert ms.assemble(ms.disassemble(module)) == module
+    assert '{padding="same"' in str(module) and '{padding="valid"' in str(module)
+
+
 def test_ms_ops_python_scalar_inputs_are_weak() -> None:
     x = rand(4, 3)
     w, m, c = op_calls_with_python_scalars(x)

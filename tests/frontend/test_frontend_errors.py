@@ -426,6 +426,44 @@ def test_bare_tensor_annotation() -> None:
     assert_compile_error(compile_error(build), "E-COMPILE-ANNOTATION", HERE, "# <- ANNOTATION", "x: Tensor")
 
 
+def test_size_expression_annotation_with_an_unbound_symbol() -> None:
+    """Nothing binds H: a CompileError at the parameter at decoration, not a VerifyError at the bytecode."""
+
+    def build():
+        @jit
+        def f(x: Tensor["H*2", 3]):  # <- UNBOUND-IN-ANNOTATION
+            return x + 1.0
+        return f
+
+    with pytest.raises(CompileError) as info:
+        build()
+    err = info.value
+    assert_compile_error(err, "E-COMPILE-ANNOTATION", HERE, "# <- UNBOUND-IN-ANNOTATION", "x: Tensor")
+    assert "H*2" in err.message and "nothing binds H" in err.message
+    assert err.hint.startswith("name the dimension with a plain symbol, e.g. 'H2', or bind H with another "
+                               "parameter's dimension")
+
+
+def test_size_expression_symbols_bound_elsewhere_compile() -> None:
+    @jit
+    def by_dimension(y: Tensor["H", 3], x: Tensor["H*2", 3]):
+        return x
+    x, y = np.ones((4, 3), np.float32), np.ones((2, 3), np.float32)
+    assert by_dimension(y, x).shape == (4, 3)
+
+    def build():
+        @jit
+        def by_scalar(x: Tensor["H*2", 3], H):  # <- NOT-MUTABLE
+            return x
+        return by_scalar
+
+    by_scalar = build()
+    assert by_scalar(x, ms.mutable(2)).shape == (4, 3)  # an ms.mutable parameter binds its name
+    err = compile_error(build, x, 2)  # a plain int is folded: nothing binds H in that version
+    assert_compile_error(err, "E-COMPILE-ANNOTATION", HERE, "# <- NOT-MUTABLE", "x: Tensor")
+    assert "ms.mutable" in err.hint
+
+
 def test_function_without_source() -> None:
     namespace = {"jit": jit}
     exec("def f(x):\n    return x\n", namespace)

@@ -1,16 +1,18 @@
 """The BC-Interpreter on hand-built programs: results, control flow, errors, limits, stepping, tracing."""
 
+import csv
 import json
 
 import numpy as np
 import pytest
 
-import msvm.ops  # noqa: F401  (registers the ops)
+import msvm as ms
 from msvm.bytecode import ModuleBuilder
 from msvm.context import set_context
-from msvm.errors import MsvmError, ResourceLimitError, ShapeError, SourceLoc
+from msvm.errors import KernelError, MsvmError, ResourceLimitError, ShapeError, SourceLoc
 from msvm.interpreter import Program
 from msvm.observe.trace import TRACE, load_events, read_bclog, to_chrome_trace, to_csv
+from msvm.ops import REGISTRY, OpDef
 
 
 def program(build):
@@ -257,13 +259,30 @@ def test_trace_events_and_exports(tmp_path):
     assert ops == ["add", "sum"]
     add = next(e for e in events if e.op == "add")
     assert add.shape == [3, 4] and add.mode == "interp" and add.dur_ns >= 0 and add.variant == "reference"
-    assert [e.address for e in read_bclog(path)] == [e.address for e in events]
+    assert add.reason == fn.by_address[add.address].choice.reason and add.reason
+    assert all(e.reason is None for e in events if e.opcode != "OP_CALL")
+    logged = read_bclog(path)
+    assert [e.address for e in logged] == [e.address for e in events]
+    assert [e.reason for e in logged] == [e.reason for e in events]
     csv_text = to_csv(tmp_path / "t.csv", path).read_text().splitlines()
-    assert csv_text[0].startswith("function,address,opcode,op,variant")
+    assert csv_text[0] == "function,address,opcode,op,variant,start_ns,dur_ns,thread,mode,shape,reason"
     assert len(csv_text) == len(events) + 1
+    rows = list(csv.DictReader(csv_text))
+    assert [r["reason"] for r in rows if r["op"] == "add"] == [add.reason]
     chrome = json.loads(to_chrome_trace(tmp_path / "t.json").read_text())
-    assert any(ev.get("ph") == "X" and ev["name"] == "add" for ev in chrome["traceEvents"])
+    (add_event,) = [ev for ev in chrome["traceEvents"] if ev.get("ph") == "X" and ev["name"] == "add"]
+    assert add_event["args"]["reason"] == add.reason
     assert len(load_events(tmp_path / "trace")) == len(events)
+
+
+def test_bclog_files_written_before_reason_still_read(tmp_path):
+    old = {"function": "f", "address": 2, "opcode": "OP_CALL", "op": "add", "variant": "reference",
+           "start_ns": 5, "dur_ns": 7, "thread": 1, "mode": "interp", "shape": [3, 4]}
+    path = tmp_path / "old.bclog"
+    path.write_text(json.dumps(old) + "\n", encoding="utf-8")
+    (event,) = read_bclog(path)
+    assert event.op == "add" and event.shape == [3, 4] and event.reason is None
+    assert to_csv(tmp_path / "old.csv", path).read_text().splitlines()[1].endswith(",3x4,")
 
 
 def test_kernel_failures_become_msvm_errors():
@@ -276,3 +295,36 @@ def test_kernel_failures_become_msvm_errors():
     with pytest.raises(MsvmError) as err:
         fn(np.ones(3, np.float32), np.array([5]))
     assert err.value.address == 2 and "take" in err.value.opcode
+
+
+def test_a_kernel_failing_for_another_reason_is_a_kernel_error(monkeypatch):
+    """Not a shape problem (those are ShapeErrors): a KernelError (E-RUNTIME) naming the inputs."""
+
+    def boom(x):
+        raise RuntimeError("kernel bug")
+
+    neg = REGISTRY["neg"]
+    monkeypatch.setitem(REGISTRY, "t_boom", OpDef("t_boom", ("x",), {}, neg.infer, boom, doc="fails"))
+
+    def build(f, x):
+        f.ret(f.call("t_boom", [f.tensor_input(0, "[N]", "float32")]))
+
+    with pytest.raises(KernelError) as err:
+        program(build)(np.ones(3, np.float32))
+    e = err.value
+    assert e.code == "E-RUNTIME" and e.address == 1 and e.opcode == "OP_CALL t_boom"
+    assert "RuntimeError: kernel bug" in e.message and e.hint == "inputs R0: (3,) float32"
+    assert ms.KernelError is KernelError and not isinstance(e, (ShapeError, ResourceLimitError))
+
+
+def test_a_later_input_may_bind_a_symbol_an_earlier_one_uses():
+    def build(f, x, y):
+        a = f.tensor_input(0, "[H*2, 3]", "float32")
+        b = f.tensor_input(1, "[H, 3]", "float32")
+        f.ret(f.call("concat", [a, b], {"axis": 0}))
+
+    fn = program(build)
+    assert fn(np.ones((4, 3), np.float32), np.ones((2, 3), np.float32)).shape == (6, 3)
+    with pytest.raises(ShapeError, match=r"H\*2 = 4, got 5") as err:
+        fn(np.ones((5, 3), np.float32), np.ones((2, 3), np.float32))
+    assert err.value.address == 0

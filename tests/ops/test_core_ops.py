@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import msvm.ops as ops
-from msvm.ops import REGISTRY, InferContext, OpDef, OpTypeError, TensorType
+from msvm.ops import REGISTRY, InferContext, OpDef, OpTypeError, TensorType, registry
 from msvm.ops.layout import SLICE_BEGIN, SLICE_END
 from msvm.ops.registry import Guard
 from msvm.shapes import Dim, ShapeSpec, parse_shape
@@ -31,6 +31,7 @@ TRAIT_NAMES = {
     "elementwise",
     "unary",
     "binary",
+    "ternary",
     "comparison",
     "reduction",
     "layout",
@@ -38,6 +39,7 @@ TRAIT_NAMES = {
     "linalg",
     "data_dependent",
     "multi_output",
+    "nn",
 }
 
 
@@ -709,13 +711,25 @@ def test_every_op_has_known_traits_and_a_doc() -> None:
         assert ("multi_output" in op.traits) == callable(op.outputs), name
     by_trait = {t: {n for n in CORE_OPS if t in REGISTRY[n].traits} for t in TRAIT_NAMES}
     assert by_trait["comparison"] <= by_trait["binary"] <= by_trait["elementwise"]
-    assert by_trait["unary"] <= by_trait["elementwise"]
+    assert by_trait["unary"] | by_trait["ternary"] <= by_trait["elementwise"]
+    assert by_trait["ternary"] == {"where"}
+    assert by_trait["nn"] == {"linear"}  # the other nn ops live in the nn modules
     assert {"nonzero", "masked_select"} <= by_trait["data_dependent"]
     assert {"zeros", "ones", "full", "arange"} == by_trait["creation"]
     for name in by_trait["unary"]:
         assert REGISTRY[name].inputs == ("x",), name
     for name in by_trait["binary"]:
         assert len(REGISTRY[name].inputs) == 2, name
+    for name in by_trait["ternary"]:
+        assert len(REGISTRY[name].inputs) == 3, name
+
+
+def test_the_trait_vocabulary_is_documented_in_the_registry() -> None:
+    """Every trait any op declares is explained in msvm/ops/registry.py's docstring."""
+    used = {t for op in REGISTRY.values() for t in op.traits}
+    assert used <= TRAIT_NAMES
+    for trait in used:
+        assert f"``{trait}``" in registry.__doc__, trait
 
 
 # -- ms.ops namespace ------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import msvm.ops as ops
-from msvm.ops import REGISTRY, InferContext, OpTypeError, TensorType
+from msvm.ops import REGISTRY, Attr, InferContext, OpDef, OpTypeError, TensorType, register
+from msvm.ops.nn_common import NnOpDef
 from msvm.shapes import Dim, ShapeSpec, parse_shape
 
 RNG = np.random.default_rng(20240607)
@@ -294,6 +295,13 @@ def ref_embedding(indices: np.ndarray, weight: np.ndarray) -> np.ndarray:
     return out
 
 
+def ref_linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    out = np.zeros((*x.shape[:-1], w.shape[0]))
+    for pos in np.ndindex(*out.shape):
+        out[pos] = float(np.dot(x[pos[:-1]].astype(np.float64), w[pos[-1]].astype(np.float64)))
+    return out if b is None else out + b
+
+
 def ref_sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
              is_causal: bool = False, scale: float | None = None) -> np.ndarray:
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2],
@@ -434,6 +442,11 @@ for _it in ("int32", "int64"):
             _indices = RNG.integers(0, 10, size=_shape).astype(_it)
             case("embedding", [_indices, randn((10, 4), _dt)], ref_embedding)
 
+for _dt in FLOATS:
+    for _xs, _ws, _bias in [((4, 6), (3, 6), True), ((2, 5, 6), (3, 6), False), ((6,), (2, 6), True)]:
+        _inputs = [randn(_xs, _dt), randn(_ws, _dt)] + ([randn(_ws[:1], _dt)] if _bias else [])
+        case("linear", _inputs, ref_linear)
+
 _CAUSAL_ROW_MASK = np.array([[True] * 6, [False] * 6, [True, False] * 3, [False] * 5 + [True]])
 SDPA = [  # q, k, v shapes, mask (None, an array or a shape for a float mask), attrs
     ((2, 3, 4, 5), (2, 3, 6, 5), (2, 3, 6, 7), None, {}),
@@ -515,6 +528,8 @@ def test_table_covers_every_nn_op() -> None:
 
 
 def test_every_nn_op_has_known_traits_a_doc_and_documented_attrs() -> None:
+    registered_as_nn = {name for name, op in REGISTRY.items() if isinstance(op, NnOpDef)}
+    assert registered_as_nn == NN_OPS
     for name in NN_OPS:
         op = REGISTRY[name]
         assert op.traits <= KNOWN_TRAITS and "nn" in op.traits, (name, op.traits)
@@ -646,6 +661,41 @@ def test_single_values_spread_over_h_and_w() -> None:
     assert REGISTRY["layer_norm"].check_attrs({"normalized_shape": 8})["normalized_shape"] == (8,)
     assert REGISTRY["resize_bilinear"].check_attrs({"scale_factor": 2})["scale_factor"] == (2.0, 2.0)
     assert REGISTRY["adaptive_avg_pool2d"].check_attrs({"output_size": h})["output_size"] == (h, h)
+
+
+def test_conv2d_padding_schema_says_what_it_accepts() -> None:
+    """padding is an ints_or_str attribute: the generic checker (what the verifier runs) takes the words."""
+    spec = REGISTRY["conv2d"].attrs["padding"]
+    assert spec.kind == "ints_or_str" and spec.choices == ("same", "valid")
+    generic = OpDef.check_attrs
+    assert generic(REGISTRY["conv2d"], {"padding": "valid"})["padding"] == "valid"
+    assert generic(REGISTRY["conv2d"], {"padding": [1, 2]})["padding"] == (1, 2)
+    for bad in ("full", 1.5, ("same",)):
+        with pytest.raises(OpTypeError) as info:
+            generic(REGISTRY["conv2d"], {"padding": bad})
+        assert info.value.code == "ATTR-TYPE"
+        if bad == "full":
+            assert "a tuple of ints or one of 'same', 'valid'" in info.value.message
+
+
+def test_choices_only_on_kinds_that_take_words() -> None:
+    def op(name: str, attr: Attr) -> OpDef:
+        return OpDef(name, ("x",), {"a": attr}, lambda ctx, x, a: x, lambda x, a: x, doc="test")
+
+    with pytest.raises(ValueError, match="cannot have choices"):
+        register(op("t_choices_on_ints", Attr("ints", (0,), choices=("same",), doc="d")))
+    with pytest.raises(ValueError, match="needs choices"):
+        register(op("t_words_without_choices", Attr("ints_or_str", (0,), doc="d")))
+    assert "t_choices_on_ints" not in REGISTRY and "t_words_without_choices" not in REGISTRY
+
+
+def test_linear_takes_torch_style_arguments() -> None:
+    x, wt, b = randn((2, 4)), randn((3, 4)), randn((3,))
+    assert_close(ops.linear(x, wt, None), ref_linear(x, wt))  # bias=None is absent
+    assert_close(ops.linear(x, w=wt, b=b), ref_linear(x, wt, b))
+    with pytest.raises(OpTypeError) as info:  # checked by the shape function before the kernel runs
+        ops.linear(x, randn((3, 5)))
+    assert info.value.code == "SHAPE-MISMATCH"
 
 
 def test_eager_calls_follow_torch_conventions() -> None:
