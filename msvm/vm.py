@@ -1,17 +1,24 @@
-"""``ms.vm``: the runtime's observability and control surface (tracing, JIT cache, capability DB)."""
+"""``ms.vm``: the runtime's observability and control surface (tracing, JIT cache, capability DB, memory).
+
+The JIT's modules are imported by the functions that need them, not here: ``import msvm`` must not
+pay for the JIT (its compiler, worker and code generator) before anything is compiled.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .msjit import cache as _jit_cache
-from .msjit import compiler as _jit_compiler
-from .msjit import regions as _jit_regions
-from .msjit import runtime as _jit_runtime
-from .msjit import stats as _jit_stats
 from .observe.trace import TRACE, TraceEvent, load_events, summarize, to_chrome_trace, to_csv
+from .runtime import memory_stats as _pool_stats
+from .scheduler import dump_capability_db as _dump_capability_db
+from .scheduler import load_capability_patch as _load_capability_patch
+
+if TYPE_CHECKING:
+    from .msjit.regions import ScdAnalysis
+    from .msjit.stats import JitMonitor
 
 
 def enable_bc_trace(on: bool = True, path: str | os.PathLike | None = "./ms_bc_trace") -> Path | None:
@@ -47,34 +54,56 @@ def clear_bc_trace() -> None:
 
 
 def jit_info() -> list[dict]:
-    """One dict per JIT cache entry: name, function, region, mode, status, hits, compile_ms, phase_ms,
-    code_bytes, planned_bytes, naive_bytes, reason and saved_ms (hits × (interpreted − native) time)."""
-    return _jit_stats.jit_info()
+    """One dict per JIT cache entry, in creation order, with these keys:
+
+    ``name`` (``jit_cache_<digest>_<symbols>``), ``function``, ``region`` (index in the function),
+    ``address`` (the region's first bytecode address), ``mode`` (exact, bucket, adaptive),
+    ``status`` (queued, compiling, compiled, fallback), ``hits`` (native runs), ``compile_ms`` and
+    ``phase_ms`` (per pipeline phase), ``code_bytes`` (machine code), ``planned_bytes`` and
+    ``naive_bytes`` (the memory plan's arena against one buffer per tensor), ``reason`` (why the
+    entry was created, or why it fell back), ``interp_ms`` and ``native_ms`` (mean interpreted and
+    sampled native time of the region), ``saved_ms`` (hits × (interp_ms − native_ms)), ``symbols``
+    (the cache key's symbol values; a bucket as [low, high]) and ``bounds`` (bucket upper bounds).
+    Times are None until measured.
+    """
+    from .msjit import stats
+
+    return stats.jit_info()
 
 
 def get_jit_hit_rate() -> float:
     """Share of compilable-region runs that ran native code."""
-    return _jit_stats.hit_rate()
+    from .msjit import stats
+
+    return stats.hit_rate()
 
 
 def get_avg_compile_time() -> float:
     """Mean compile time (ms) of the entries that compiled."""
-    return _jit_stats.avg_compile_time()
+    from .msjit import stats
+
+    return stats.avg_compile_time()
 
 
 def wait_for_compiles(timeout: float | None = None) -> bool:
     """Block until the compile queue is empty and nothing compiles; False if ``timeout`` (s) ran out first."""
-    return _jit_compiler.COMPILER.wait_idle(timeout)
+    from .msjit.compiler import COMPILER
+
+    return COMPILER.wait_idle(timeout)
 
 
 def reset() -> None:
     """Drop every JIT entry, counter, event and queued compile (the compiler thread keeps running)."""
-    _jit_runtime.reset()
+    from .msjit import runtime
+
+    runtime.reset()
 
 
-def jit_monitor() -> _jit_stats.JitMonitor:
+def jit_monitor() -> JitMonitor:
     """The live JIT view for widgets: ``queue()``, ``active()``, ``events(since)``, ``subscribe(fn)``."""
-    return _jit_stats.MONITOR
+    from .msjit.stats import MONITOR
+
+    return MONITOR
 
 
 def disassemble(entry: str | dict, kind: str = "bytecode") -> str:
@@ -82,19 +111,23 @@ def disassemble(entry: str | dict, kind: str = "bytecode") -> str:
 
     ``entry`` is an entry name or a dict from ``jit_info()``.
     """
+    from .msjit.cache import CACHE
+
     name = entry["name"] if isinstance(entry, dict) else entry
-    found = _jit_cache.CACHE.get(name)
+    found = CACHE.get(name)
     if found is None:
         raise KeyError(f"no JIT cache entry named {name!r}; see ms.vm.jit_info()")
     return found.disassemble(kind)
 
 
-def scd_analysis(fn: Any, *example_args: Any) -> _jit_regions.ScdAnalysis:
+def scd_analysis(fn: Any, *example_args: Any) -> ScdAnalysis:
     """Every tensor's shape convergence degree and every region's verdict, as data (``.as_dict()``).
 
     ``fn`` is an ``@ms.jit`` function (the example arguments pick its version) or an Executable.
     """
-    return _jit_regions.analyze(fn, *example_args)
+    from .msjit import regions
+
+    return regions.analyze(fn, *example_args)
 
 
 def print_scd_analysis(fn: Any, *example_args: Any) -> None:
@@ -104,4 +137,39 @@ def print_scd_analysis(fn: Any, *example_args: Any) -> None:
 
 def _inject_compile_fault(kind: str | None) -> None:
     """Test hook: the next compile's worker request fails with "crash", "hang" or "error"."""
-    _jit_compiler.COMPILER._inject_fault(kind)
+    from .msjit.compiler import COMPILER
+
+    COMPILER._inject_fault(kind)
+
+
+# -- kernel choice and memory -------------------------------------------------------------------------------
+
+
+def dump_capability_db(path: str | os.PathLike, *, calibrate: bool = True) -> Path:
+    """Write what the scheduler knows about this machine as JSON: host facts, the BLAS chosen and why,
+    every kernel variant with its constraints, the cost model's rates and the patches applied.
+
+    ``calibrate`` first finishes the cost model's calibration of every op with variants (seconds
+    the first time on a machine; later processes load it from the on-disk cache), so the file shows
+    the rates the scheduler uses. Edit a copy and load it back with ``load_capability_patch``.
+    """
+    return _dump_capability_db(path, calibrate=calibrate)
+
+
+def load_capability_patch(patch: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
+    """Change kernel choices for this process: force or forbid variants per op (optionally per dtype
+    and shape pattern), override rates, bandwidth or GEMM efficiency.
+
+    ``patch`` is a JSON file or a dict in the capability DB's layout. It is validated as a whole
+    first — an error (``CapabilityPatchError``) names the JSON path at fault and changes nothing —
+    then merged, and every call site re-decides its kernels. Returns the patch as normalised.
+    """
+    return _load_capability_patch(patch)
+
+
+def memory_stats() -> dict[str, Any]:
+    """The interpreter's memory pool: bytes in use and held (with peaks), idle bytes, allocations,
+    reuses, releases, dropped blocks and fragmentation — what ``ms.set_context(enable_mem_reuse=...)``
+    changes. Counters are process-wide; ``msvm.runtime.POOL.reset_stats()`` restarts them.
+    """
+    return _pool_stats()

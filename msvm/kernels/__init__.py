@@ -21,6 +21,7 @@ from __future__ import annotations
 from ..scheduler.variants import Variant, register_variant
 from . import conv_depthwise, conv_gemm, conv_nchwc, conv_winograd, matmul
 from .conv_common import conv_bytes, conv_flops
+from .elementwise import VARIANTS as ELEMENTWISE_VARIANTS  # noqa: F401  (importing registers them)
 
 FLOATS = ("float32", "float64")
 

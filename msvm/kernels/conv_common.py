@@ -1,4 +1,4 @@
-"""What every conv2d variant shares: geometry from shapes and attributes, the padded-input copy, the fallback.
+"""What every conv2d variant shares: geometry, the direct kernels' epilogue, the padded copy, the fallback.
 
 Attributes follow the op's schema (``msvm.ops.conv``): ``stride``/``dilation`` pairs, ``padding``
 a pair or ``"same"``/``"valid"``, ``groups``; x is [N, C, H, W] or unbatched [C, H, W]. The
@@ -19,16 +19,13 @@ from llvmlite import ir
 from ..native.irhelpers import (
     FLOAT_TYPES,
     I64,
-    VOID,
-    define,
     for_each_chunk,
     for_range,
     gep,
 )
 from ..ops.conv import conv_padding
 from ..ops.registry import Kernel, get_op
-from .native import COUNTER, PTR, counter, float_name, native_function, ptr
-from .native import I64 as C_I64
+from .native import Frame, float_name, native_library, ptr
 from .threads import POOL
 
 
@@ -136,6 +133,33 @@ def conv_bytes(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> f
     return 4.0 * geo.elements if geo else 0.0
 
 
+FLAG_BIAS, FLAG_RELU, FLAG_RESIDUAL, FLAG_RELU_OUT = 1, 2, 4, 8
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What a direct conv kernel does to a tile before storing it, in this order:
+    ``y = acc + bias``, ``relu`` → ``y = max(y, 0)``, ``residual`` → ``y += r`` (r: a tensor of the
+    output's shape and layout), ``relu_out`` → ``y = max(y, 0)`` — a ResNet block's conv, bias, skip
+    connection and activation in the pass that writes the output (the JIT fuses them there)."""
+
+    relu: bool = False
+    residual: bool = False
+    relu_out: bool = False
+
+    def flags(self, bias: bool) -> int:
+        return ((FLAG_BIAS if bias else 0) | (FLAG_RELU if self.relu else 0)
+                | (FLAG_RESIDUAL if self.residual else 0) | (FLAG_RELU_OUT if self.relu_out else 0))
+
+
+NO_EPILOGUE = Epilogue()
+
+
+def flag(b: ir.IRBuilder, flags: ir.Value, bit: int) -> ir.Value:
+    """IR: is ``bit`` set in the run-time ``flags``?"""
+    return b.icmp_signed("!=", b.and_(flags, ir.Constant(I64, bit)), ir.Constant(I64, 0))
+
+
 def native_operands(geo: ConvGeometry | None, x: np.ndarray, weight: np.ndarray,
                     bias: np.ndarray | None) -> bool:
     """Whether native code can take these operands: valid geometry, one float dtype, a [C_out] bias."""
@@ -161,17 +185,15 @@ def finish(geo: ConvGeometry, out: np.ndarray) -> np.ndarray:
 
 # -- the padded copy of the input ----------------------------------------------------------------
 
-_PAD_ARGS = [PTR, PTR, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64, COUNTER, C_I64]
+_PAD_FRAME = Frame(("x", "xp", "planes", "H", "W", "Hp", "Wp", "top", "left", "chunk", "counter"),
+                   pointers=("x", "xp"), zeroed=("counter",))
 
 
 def _pad_ir(dtype: str) -> str:
-    """pad(x, xp, planes, H, W, Hp, Wp, top, left, counter, chunk): xp[p] = zero-padded x[p]."""
+    """The job pad(frame): xp[p] = zero-padded x[p] for every plane p."""
     ft = FLOAT_TYPES[dtype]
     module = ir.Module(f"pad_{dtype}")
-    names = ["planes", "H", "W", "Hp", "Wp", "top", "left"]
-    args = [("x", ft.as_pointer()), ("xp", ft.as_pointer())] + [(n, I64) for n in names]
-    args += [("counter", I64.as_pointer()), ("chunk", I64)]
-    _, b, a = define(module, "pad", VOID, args, noalias=("x", "xp"), no_builtins=True)
+    b, a = _PAD_FRAME.define(module, "pad", ft.as_pointer(), noalias=("x", "xp"), no_builtins=True)
     zero = ir.Constant(ft, 0.0)
 
     def fill(ptr: ir.Value, count: ir.Value) -> None:
@@ -211,8 +233,8 @@ def padded_input(x: np.ndarray, geo: ConvGeometry, *, extra_bottom: int = 0,
     xp = np.empty((geo.n, geo.c_in, hp, wp), x.dtype)
     planes = geo.n * geo.c_in
     name = float_name(x.dtype)
-    fn = native_function(("pad", name), lambda: _pad_ir(name), "pad", _PAD_ARGS)
-    chunk = max(1, min(16, planes // 64))
-    POOL.run(fn, (ptr(x), ptr(xp), planes, geo.h, geo.w, hp, wp, geo.pad_top, geo.pad_left, counter(), chunk),
-             flops=xp.size * 2.0)
+    job = native_library(("pad", name), lambda: _pad_ir(name)).address("pad")
+    frame = _PAD_FRAME.pack(x=ptr(x), xp=ptr(xp), planes=planes, H=geo.h, W=geo.w, Hp=hp, Wp=wp,
+                            top=geo.pad_top, left=geo.pad_left, chunk=max(1, min(16, planes // 64)))
+    POOL.run(job, frame, flops=xp.size * 2.0)
     return xp

@@ -11,7 +11,9 @@ a masked store. Padding costs no extra pass over the input: each item first copi
 rows it needs into a zero-bordered scratch tile on its thread's stack, wide and tall enough that
 whole vectors and whole row blocks can be read past the last output (rows past OH are computed
 but not stored). Row blocks are taken in chunks from an atomic counter, so large calls run on both cores.
-Compiled once per dtype and width-stride class.
+The tile's epilogue (``conv_common.Epilogue``: bias, ReLU, a residual add, ReLU) runs before the
+store. The kernel is a job (``void conv_depthwise(i64* frame)``, fields ``FRAME``) compiled once
+per dtype and width-stride class, called by the interpreter's variant and by compiled regions.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from ..native.irhelpers import (
     VOID,
     Slot,
     const,
-    define,
     fma,
     for_each_chunk,
     for_range,
@@ -39,30 +40,42 @@ from ..native.irhelpers import (
     i64,
     intrinsic,
     load_vec,
+    max_i64,
     maxnum,
+    min_i64,
     splat,
     store_vec,
     vec,
 )
 from ..ops.registry import Kernel
 from .conv_common import (
+    FLAG_BIAS,
+    FLAG_RELU,
+    FLAG_RELU_OUT,
+    FLAG_RESIDUAL,
+    NO_EPILOGUE,
     ConvGeometry,
+    Epilogue,
     conv_geometry,
     finish,
+    flag,
     geometry_for,
     native_operands,
     output_array,
     reference_conv2d,
 )
-from .native import COUNTER, PTR, counter, float_name, native_function, ptr
-from .native import I64 as C_I64
+from .native import Frame, float_name, native_library, ptr
 from .threads import POOL
 
 ROWS = 4  # output rows per register tile
 VECTORS = 2  # pixel vectors per row in the main register tile (ROWS × VECTORS accumulators)
-_ARG_NAMES = ("H", "W", "PT", "PL", "IWs", "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW", "C", "flags")
-_ARGTYPES = [PTR, PTR, PTR, PTR] + [C_I64] * len(_ARG_NAMES) + [COUNTER, C_I64, C_I64]
-FLAG_BIAS, FLAG_RELU = 1, 2
+FLOPS_SCALE = 4  # ~4× fewer flop/s than the GEMM-like kernels: a call is worth threads sooner
+FRAME = Frame(
+    ("x", "w", "bias", "out", "residual", "N", "H", "W", "PT", "PL", "PR", "OH", "OW", "KH", "KW", "SH", "SW",
+     "DH", "DW", "C", "flags", "counter"),
+    pointers=("x", "w", "bias", "out", "residual"),
+    zeroed=("counter",),
+)
 
 
 def _build_ir(dtype: str, stride_w: int) -> str:
@@ -70,20 +83,28 @@ def _build_ir(dtype: str, stride_w: int) -> str:
     vt = vec(ft, lanes)
     fp = ft.as_pointer()
     module = ir.Module(f"conv_depthwise_{dtype}_s{stride_w}")
-    args = [("x", fp), ("w", fp), ("bias", fp), ("out", fp)] + [(n, I64) for n in _ARG_NAMES]
-    args += [("counter", I64.as_pointer()), ("items", I64), ("chunk", I64)]
-    _, b, a = define(module, "conv_depthwise", VOID, args, noalias=("x", "w", "bias", "out"),
-                     no_builtins=True)
-    h, w, iwp, oh_n, ow_n, kh_n, kw_n = (a[n] for n in ("H", "W", "IWs", "OH", "OW", "KH", "KW"))
+    b, a = FRAME.define(module, "conv_depthwise", fp, noalias=FRAME.pointers, no_builtins=True)
+    h, w, oh_n, ow_n, kh_n, kw_n = (a[n] for n in ("H", "W", "OH", "OW", "KH", "KW"))
     sh, dh, dw, channels = a["SH"], a["DH"], a["DW"], a["C"]
     sw = i64(stride_w) if stride_w else a["SW"]
-    has_bias = b.icmp_signed("!=", b.and_(a["flags"], i64(FLAG_BIAS)), i64(0))
-    relu = b.icmp_signed("!=", b.and_(a["flags"], i64(FLAG_RELU)), i64(0))
+    iwp = _scratch_width(b, a, sw, stride_w, lanes)
+    has_bias, has_residual = flag(b, a["flags"], FLAG_BIAS), flag(b, a["flags"], FLAG_RESIDUAL)
+    relu, relu_out = flag(b, a["flags"], FLAG_RELU), flag(b, a["flags"], FLAG_RELU_OUT)
     zero = const(vt, 0.0)
     lane_ids = ir.Constant(vec(I64, lanes), list(range(lanes)))
     elem_bytes = 8 if dtype == "float64" else 4
     masked_store = intrinsic(module, f"llvm.masked.store.v{lanes}f{elem_bytes * 8}.p0", VOID,
                              [vt, vt.as_pointer(), I32, vec(I1, lanes)])
+    masked_load = intrinsic(module, f"llvm.masked.load.v{lanes}f{elem_bytes * 8}.p0", vt,
+                            [vt.as_pointer(), I32, vec(I1, lanes), vt])
+
+    def store(value: ir.Value, dst: ir.Value, mask: ir.Value | None) -> None:
+        """The tile's last step: ReLU if asked, then a whole or a masked vector store."""
+        value = b.select(relu_out, maxnum(b, value, zero), value)
+        if mask is None:
+            store_vec(b, value, dst)
+        else:
+            b.call(masked_store, [value, b.bitcast(dst, vt.as_pointer()), ir.Constant(I32, elem_bytes), mask])
 
     # Offset of every tap (kh, kw) from the first input pixel of an output pixel.
     taps = b.mul(kh_n, kw_n)
@@ -115,7 +136,9 @@ def _build_ir(dtype: str, stride_w: int) -> str:
             b.store(zero_s, gep(b, ptr, j))
 
     row_blocks = b.sdiv(b.add(oh_n, i64(ROWS - 1)), i64(ROWS))
-    with (for_each_chunk(b, a["counter"], a["items"], a["chunk"]) as (start, stop),
+    items = b.mul(b.mul(a["N"], channels), row_blocks)
+    chunk = max_i64(b, i64(1), min_i64(b, i64(16), b.sdiv(items, i64(64))))
+    with (for_each_chunk(b, a["counter"], items, chunk) as (start, stop),
           for_range(b, start, stop, name="item") as item):
         oh0 = b.mul(b.srem(item, row_blocks), i64(ROWS))
         plane = b.sdiv(item, row_blocks)  # n·C + c
@@ -137,7 +160,8 @@ def _build_ir(dtype: str, stride_w: int) -> str:
                 with other:
                     fill(dst, i64(0), iwp)
         x_row = scratch
-        out_row = gep(b, a["out"], b.mul(b.add(b.mul(plane, oh_n), oh0), ow_n))
+        out_plane = gep(b, a["out"], b.mul(plane, b.mul(oh_n, ow_n)))
+        res_plane = gep(b, a["residual"], b.mul(plane, b.mul(oh_n, ow_n)))
         row_step = b.mul(sh, iwp)  # input elements between consecutive output rows
         bias_v = b.select(has_bias, splat(b, b.load(gep(b, a["bias"], c)), lanes), zero)
         ow_slot = Slot(b, I64, i64(0), "ow")
@@ -160,13 +184,21 @@ def _build_ir(dtype: str, stride_w: int) -> str:
                     for u in range(vectors):
                         value = acc[r][u].get()
                         value = b.select(relu, maxnum(b, value, zero), value)
-                        dst = gep(b, out_row, b.add(b.mul(i64(r), ow_n), b.add(ow, i64(u * lanes))))
+                        at = b.add(b.mul(b.add(oh0, i64(r)), ow_n), b.add(ow, i64(u * lanes)))
+                        dst, res = gep(b, out_plane, at), gep(b, res_plane, at)
+                        mask = None
                         if masked:
                             mask = b.icmp_signed("<", lane_ids, splat(b, b.sub(ow_n, ow), lanes))
-                            b.call(masked_store, [value, b.bitcast(dst, vt.as_pointer()),
-                                                  ir.Constant(I32, elem_bytes), mask])
-                        else:
-                            store_vec(b, value, dst)
+                        with b.if_else(has_residual) as (add, plain):
+                            with add:
+                                if masked:
+                                    skip = b.call(masked_load, [b.bitcast(res, vt.as_pointer()),
+                                                                ir.Constant(I32, elem_bytes), mask, zero])
+                                else:
+                                    skip = load_vec(b, res, lanes)
+                                store(b.fadd(value, skip), dst, mask)
+                            with plain:
+                                store(value, dst, mask)
             ow_slot.set(b.add(ow, i64(vectors * lanes)))
 
         with for_range(b, 0, b.sdiv(ow_n, i64(VECTORS * lanes)), name="tile"):
@@ -183,38 +215,38 @@ def _stride_class(sw: int) -> int:
     return sw if sw in (1, 2) else 0
 
 
-def _kernel(dtype: str, sw: int) -> Any:
+def job_address(dtype: str, sw: int) -> int:
+    """The address of the compiled job ``void conv_depthwise(i64* frame)`` for ``dtype`` and stride ``sw``."""
     s = _stride_class(sw)
-    return native_function(("conv_depthwise", dtype, s), lambda: _build_ir(dtype, s), "conv_depthwise",
-                           _ARGTYPES)
+    return native_library(("conv_depthwise", dtype, s), lambda: _build_ir(dtype, s)).address("conv_depthwise")
 
 
-def scratch_width(geo: ConvGeometry, lanes: int) -> int:
+def _scratch_width(b: ir.IRBuilder, a: dict[str, ir.Value], sw: ir.Value, stride_w: int,
+                   lanes: int) -> ir.Value:
     """Columns of the padded scratch rows: everything whole-vector loads may touch."""
-    last = -(-geo.ow // lanes) * lanes - 1  # last output pixel a (masked) vector covers
-    if geo.sw == 2:  # two loads from the tile's first input column, then an even-lane shuffle
-        reach = 2 * (last - lanes + 1) + 2 * lanes
+    vectors = b.sdiv(b.add(a["OW"], i64(lanes - 1)), i64(lanes))
+    last = b.sub(b.mul(vectors, i64(lanes)), i64(1))  # last output pixel a (masked) vector covers
+    if stride_w == 2:  # two loads from the tile's first input column, then an even-lane shuffle
+        reach = b.add(b.mul(i64(2), b.sub(last, i64(lanes - 1))), i64(2 * lanes))
     else:
-        reach = last * geo.sw + 1
-    return max(reach + (geo.kw - 1) * geo.dw, geo.w + geo.pad_left + geo.pad_right)
+        reach = b.add(b.mul(last, sw), i64(1))
+    reach = b.add(reach, b.mul(b.sub(a["KW"], i64(1)), a["DW"]))
+    return max_i64(b, reach, b.add(b.add(a["PL"], a["W"]), a["PR"]))
 
 
 def conv2d_depthwise(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry, *,
-                     relu: bool = False) -> np.ndarray:
+                     epilogue: Epilogue = NO_EPILOGUE, residual: np.ndarray | None = None) -> np.ndarray:
     """The depthwise convolution as [N, C, OH, OW] (x 4-D C-contiguous, weight's dtype)."""
     name = float_name(x.dtype)
-    lanes = LANES[name]
     w = np.ascontiguousarray(weight)
     b = None if bias is None else np.ascontiguousarray(bias)
     out = output_array(geo, x.dtype)
-    items = geo.n * geo.c_out * (-(-geo.oh // ROWS))
-    flags = (FLAG_BIAS if b is not None else 0) | (FLAG_RELU if relu else 0)
-    chunk = max(1, min(16, items // 64))
-    POOL.run(_kernel(name, geo.sw),
-             (ptr(x), ptr(w), None if b is None else ptr(b), ptr(out), geo.h, geo.w, geo.pad_top,
-              geo.pad_left, scratch_width(geo, lanes), geo.oh, geo.ow, geo.kh, geo.kw, geo.sh, geo.sw, geo.dh,
-              geo.dw, geo.c_out, flags, counter(), items, chunk),
-             flops=geo.flops * 4)  # ~4× fewer flop/s than the GEMM-like kernels: worth threads sooner
+    frame = FRAME.pack(
+        x=ptr(x), w=ptr(w), bias=None if b is None else ptr(b), out=ptr(out),
+        residual=None if residual is None else ptr(residual), N=geo.n, H=geo.h, W=geo.w, PT=geo.pad_top,
+        PL=geo.pad_left, PR=geo.pad_right, OH=geo.oh, OW=geo.ow, KH=geo.kh, KW=geo.kw,
+        SH=geo.sh, SW=geo.sw, DH=geo.dh, DW=geo.dw, C=geo.c_out, flags=epilogue.flags(b is not None))
+    POOL.run(job_address(name, geo.sw), frame, flops=geo.flops * FLOPS_SCALE)
     return out
 
 

@@ -3,183 +3,394 @@
 Why: with the small K (27–576) and N (16–64) of a ResNet's convolutions, im2col + BLAS spends its
 time copying; ONNX Runtime's lead comes from direct NCHWc kernels. Here the weights are repacked
 once into [groups][OC/8][C/groups][KH][KW][8] (8 = one AVX2 vector of float32; 4 for float64), and
-the input stays NCHW: the micro-kernel keeps a register tile of ``PIXELS`` output pixels ×
-``VECTORS`` output-channel vectors (6 × 2 × 8 float32 = 12 accumulators), and for every (input
-channel, tap) loads ``VECTORS`` weight vectors and broadcasts one input value per pixel into
-FMAs. Taps are addressed through a per-call offset table (channel, row, column → input offset),
-so one flat loop over C·KH·KW covers any kernel size and dilation. The epilogue adds the bias,
-applies an optional fused ReLU (for the JIT) and writes the tile back to NCHW.
+the input and output stay NCHW: the micro-kernel keeps a register tile of ``PIXELS`` output pixels
+× ``VECTORS`` output-channel vectors (6 × 2 × 8 float32 = 12 accumulators), and for every (input
+channel, tap) loads ``VECTORS`` weight vectors and broadcasts one input value per pixel into FMAs.
+Taps are addressed through a per-call offset table (channel, row, column → input offset), so one
+flat loop over C·KH·KW covers any kernel size and dilation. The tile's epilogue
+(``conv_common.Epilogue``: bias, ReLU, a residual add, ReLU) runs while the tile is transposed
+back to NCHW rows, so a ResNet block's conv + bias + skip + ReLU is one pass over the output.
 
-Row tails use narrower tiles (4, 2, 1 pixels). Padding is a zero-bordered copy of the input
-(``conv_common.padded_input``). The kernel is compiled once per dtype and width-stride class
-(1, 2 or any), all sizes being run-time arguments. Work items are (image, group, channel block,
-output row), taken in chunks from an atomic counter, so the call runs on both cores
-(``threads.POOL``) when it is large enough.
+A work item is (image, group, block of ``ROWS`` output rows), for every channel block of the
+group. Padding costs no pass over the input: a padded conv first copies the input rows of its
+item into a zero-bordered scratch (per thread, ``scratch_bytes``), which then stays in cache for
+all the item's channel blocks. Items are taken in chunks from an atomic counter, so one call runs
+on every core the pool lends it (``threads``). The kernel is a job (``void conv_nchwc(i64*
+frame)``, fields ``FRAME``), compiled once per dtype and width-stride class (1, 2 or any), every
+size a run-time value: the interpreter's variant and the JIT's compiled regions call the same
+code, the JIT by address with the weights packed when it lowers the region.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from llvmlite import ir
 
 from ..native.irhelpers import (
     FLOAT_TYPES,
+    I8,
+    I32,
     I64,
     LANES,
-    VOID,
     Slot,
     const,
-    define,
     fma,
     for_each_chunk,
     for_range,
     gep,
     i64,
     load_vec,
+    max_i64,
     maxnum,
     min_i64,
     splat,
     store_first,
+    store_vec,
     transpose,
     vec,
 )
 from ..ops.registry import Kernel
 from .conv_common import (
+    FLAG_BIAS,
+    FLAG_RELU,
+    FLAG_RELU_OUT,
+    FLAG_RESIDUAL,
+    NO_EPILOGUE,
     ConvGeometry,
+    Epilogue,
     conv_geometry,
     finish,
+    flag,
     geometry_for,
     native_operands,
     output_array,
-    padded_input,
     reference_conv2d,
 )
-from .native import COUNTER, PTR, counter, float_name, native_function, ptr
-from .native import I64 as C_I64
+from .native import Frame, float_name, native_library, ptr
 from .packing import cached_pack
 from .threads import POOL
 
 PIXELS = 6  # output pixels per register tile
 VECTORS = 2  # output-channel vectors per register tile
-_ARG_NAMES = ("Cg", "IHp", "IWp", "OC", "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW", "groups", "flags")
-_ARGTYPES = [PTR, PTR, PTR, PTR] + [C_I64] * len(_ARG_NAMES) + [COUNTER, C_I64, C_I64]
-FLAG_BIAS, FLAG_RELU = 1, 2
+ROWS = 4  # output rows per work item
+ITEMS = 16  # work items a call is split into at least, when its channels allow (both threads get work)
+SLOT_ALIGN = 64
+FRAME = Frame(
+    ("x", "w", "bias", "out", "residual", "scratch",
+     "N", "C", "H", "W", "XR", "XP",  # input: sizes, then row and channel(-block) strides in pixels
+     "OC", "OH", "OW", "OR", "OP", "OPAD",  # output: sizes, strides, width of the border it zeroes
+     "RR", "RP",  # residual: strides
+     "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "PB", "PR", "groups", "flags", "slot_bytes",
+     "counter", "slots"),
+    pointers=("x", "w", "bias", "out", "residual", "scratch"),
+    zeroed=("counter", "slots"),
+)
+D = TypeVar("D")  # int, or a symbolic Dim (the JIT sizes scratch for bucket bounds)
 
 
-def _build_ir(dtype: str, stride_w: int) -> str:
-    """The kernel for ``dtype``; ``stride_w`` 1 or 2 is baked in (immediate offsets), 0 = run time."""
+def _build_ir(dtype: str, stride_w: int, blocked_in: bool, blocked_out: bool) -> str:
+    """The kernel for ``dtype``; ``stride_w`` 1 or 2 is baked in (immediate offsets), 0 = run time.
+
+    ``blocked_in``/``blocked_out``: x / out (and residual) are NCHWc — ``[N][C/lanes][rows][cols][lanes]``
+    with the frame's strides, which may leave a border around the tensor (a padded layout: a conv
+    reading it needs no padding of its own; a conv writing it zeroes ``OPAD`` pixels around its output).
+    """
     ft, lanes = FLOAT_TYPES[dtype], LANES[dtype]
     vt = vec(ft, lanes)
     width = lanes * VECTORS  # output channels per tile
-    module = ir.Module(f"conv_nchwc_{dtype}_s{stride_w}")
+    xl = lanes if blocked_in else 1  # input elements per pixel of one channel (block)
+    ol = lanes if blocked_out else 1  # output elements per pixel of one channel (block)
+    module = ir.Module(f"conv_nchwc_{dtype}_s{stride_w}_{int(blocked_in)}{int(blocked_out)}")
     fp = ft.as_pointer()
-    args = [("x", fp), ("w", fp), ("bias", fp), ("out", fp)] + [(n, I64) for n in _ARG_NAMES]
-    args += [("counter", I64.as_pointer()), ("items", I64), ("chunk", I64)]
-    _, b, a = define(module, "conv_nchwc", VOID, args, noalias=("x", "w", "bias", "out"))
-    cg, ihp, iwp, oc, oh_n, ow_n = (a[n] for n in ("Cg", "IHp", "IWp", "OC", "OH", "OW"))
+    b, a = FRAME.define(module, "conv_nchwc", fp, noalias=FRAME.pointers)
+    c_in, h, w, oc, oh_n, ow_n = (a[n] for n in ("C", "H", "W", "OC", "OH", "OW"))
     kh_n, kw_n, sh, dh, dw, groups = (a[n] for n in ("KH", "KW", "SH", "DH", "DW", "groups"))
     sw = i64(stride_w) if stride_w else a["SW"]
+    cg, ocg = b.sdiv(c_in, groups), b.sdiv(oc, groups)
 
-    # Offsets of every (channel, tap) relative to the tile's first input pixel.
+    def scaled(value: ir.Value, by: int) -> ir.Value:
+        return b.mul(value, i64(by)) if by != 1 else value
+
+    # Where the micro-kernel reads: the zero-bordered scratch rows of a padded conv, else x itself.
+    padded = b.icmp_signed("!=", b.or_(b.or_(a["PT"], a["PB"]), b.or_(a["PL"], a["PR"])), i64(0))
+    rows_in = b.add(b.mul(i64(ROWS - 1), sh), b.add(b.mul(b.sub(kh_n, i64(1)), dh), i64(1)))
+    iws = b.add(b.add(a["PL"], w), a["PR"])
+    row_len = scaled(b.select(padded, iws, a["XR"]), xl)  # elements from one input row to the next
+    plane = scaled(b.select(padded, b.mul(rows_in, iws), a["XP"]), xl)  # ... from one channel (block) on
+
+    # This thread's scratch slot: the offset of every (channel, tap) from a tile's first input, then rows.
     k_total = b.mul(b.mul(cg, kh_n), kw_n)
-    offsets = b.alloca(I64, k_total, name="offsets")
-    plane = b.mul(ihp, iwp)
+    slot = b.atomic_rmw("add", a["slots"], i64(1), "monotonic")
+    mine = gep(b, b.bitcast(a["scratch"], I8.as_pointer()), b.mul(slot, a["slot_bytes"]))
+    offsets = b.bitcast(mine, I64.as_pointer())
+    rows = b.bitcast(gep(b, offsets, k_total), fp)
     with (for_range(b, 0, cg, name="oc_c") as c, for_range(b, 0, kh_n, name="oc_kh") as kh,
           for_range(b, 0, kw_n, name="oc_kw") as kw):
         k = b.add(b.mul(b.add(b.mul(c, kh_n), kh), kw_n), kw)
-        off = b.add(b.add(b.mul(c, plane), b.mul(b.mul(kh, dh), iwp)), b.mul(kw, dw))
+        channel = b.add(b.mul(b.sdiv(c, i64(xl)), plane), b.srem(c, i64(xl)))
+        off = b.add(b.add(channel, b.mul(b.mul(kh, dh), row_len)), scaled(b.mul(kw, dw), xl))
         b.store(off, gep(b, offsets, k))
 
-    ocg = b.sdiv(oc, groups)
     tiles = b.sdiv(b.add(ocg, i64(width - 1)), i64(width))
     block = b.mul(k_total, i64(lanes))  # elements per packed [C][KH][KW][lanes] block
-    has_bias = b.icmp_signed("!=", b.and_(a["flags"], i64(FLAG_BIAS)), i64(0))
-    relu = b.icmp_signed("!=", b.and_(a["flags"], i64(FLAG_RELU)), i64(0))
-    ohw = b.mul(oh_n, ow_n)
+    flags = a["flags"]
+    has_bias = flag(b, flags, FLAG_BIAS)
+    relu = flag(b, flags, FLAG_RELU)
+    tail = _Tail(b, flag(b, flags, FLAG_RESIDUAL), flag(b, flags, FLAG_RELU_OUT), a["OP"], a["RP"], ol)
     zero = const(vt, 0.0)
 
-    with (for_each_chunk(b, a["counter"], a["items"], a["chunk"]) as (start, stop),
+    # Work items: (image and group, block of ROWS output rows, group of channel tiles); a small conv's
+    # tiles are split over items so that ITEMS of them keep every thread busy.
+    row_blocks = b.sdiv(b.add(oh_n, i64(ROWS - 1)), i64(ROWS))
+    blocks = b.mul(b.mul(a["N"], groups), row_blocks)
+    some = max_i64(b, blocks, i64(1))
+    splits = min_i64(b, tiles, b.sdiv(b.add(i64(ITEMS), b.sub(some, i64(1))), some))
+    per_split = b.sdiv(b.add(tiles, b.sub(splits, i64(1))), splits)
+    copied = Slot(b, I64, i64(-1), "copied")  # the row block whose input rows are in the scratch
+
+    with (for_each_chunk(b, a["counter"], b.mul(blocks, splits), i64(1)) as (start, stop),
           for_range(b, start, stop, name="item") as item):
-        oh = b.srem(item, oh_n)
-        rest = b.sdiv(item, oh_n)
-        t = b.srem(rest, tiles)
-        rest = b.sdiv(rest, tiles)
-        g = b.srem(rest, groups)
-        n = b.sdiv(rest, groups)
-        gt = b.add(b.mul(g, tiles), t)  # tile index over all groups
-        x_row = gep(b, a["x"], b.add(b.mul(b.add(b.mul(n, b.mul(cg, groups)), b.mul(g, cg)), plane),
-                                     b.mul(b.mul(oh, sh), iwp)))
-        w_tile = gep(b, a["w"], b.mul(b.mul(gt, i64(VECTORS)), block))
-        oc0 = b.add(b.mul(g, ocg), b.mul(t, i64(width)))
-        out_row = gep(b, a["out"], b.add(b.mul(b.add(b.mul(n, oc), oc0), ohw), b.mul(oh, ow_n)))
-        valid = min_i64(b, b.sub(ocg, b.mul(t, i64(width))), i64(width))
-        full = b.icmp_signed("==", valid, i64(width))
-        bias_ptr = gep(b, a["bias"], b.mul(gt, i64(width)))
-        init = [b.select(has_bias, load_vec(b, gep(b, bias_ptr, v * lanes), lanes), zero)
-                for v in range(VECTORS)]
-        ow_slot = Slot(b, I64, i64(0), "ow")
+        part = b.srem(item, splits)
+        blk = b.sdiv(item, splits)
+        oh0 = b.mul(b.srem(blk, row_blocks), i64(ROWS))
+        image = b.sdiv(blk, row_blocks)  # n·groups + g
+        g = b.srem(image, groups)
+        n = b.sdiv(image, groups)
+        x_img = gep(b, a["x"], b.mul(b.add(b.mul(n, c_in), b.mul(g, cg)), a["XP"]))
+        top = b.sub(b.mul(oh0, sh), a["PT"])  # input row of the block's first scratch row
+        with b.if_then(b.and_(padded, b.icmp_signed("!=", copied.get(), blk))):
+            _copy_rows(b, rows, x_img, b.sdiv(cg, i64(xl)), rows_in, top, h, scaled(w, xl),
+                       scaled(a["XR"], xl), scaled(a["XP"], xl), scaled(iws, xl), plane, scaled(a["PL"], xl))
+            copied.set(blk)
+        src = b.select(padded, rows, gep(b, x_img, b.mul(top, scaled(a["XR"], xl))))
+        block_rows = min_i64(b, i64(ROWS), b.sub(oh_n, oh0))
+        first = b.mul(part, per_split)
 
-        def tile(pixels: int) -> None:
-            ow = ow_slot.get()
-            x_tile = gep(b, x_row, b.mul(ow, sw))
-            acc = [[Slot(b, vt, init[v]) for v in range(VECTORS)] for _ in range(pixels)]
-            with for_range(b, 0, k_total, name=f"k{pixels}") as k:
-                xk = gep(b, x_tile, b.load(gep(b, offsets, k)))
-                wk = gep(b, w_tile, b.mul(k, i64(lanes)))
-                wv = [load_vec(b, gep(b, wk, b.mul(block, i64(v))), lanes) for v in range(VECTORS)]
-                for p in range(pixels):
-                    xb = splat(b, b.load(gep(b, xk, b.mul(sw, i64(p)))), lanes)
-                    for v in range(VECTORS):
-                        acc[p][v].set(fma(b, xb, wv[v], acc[p][v].get()))
-            vals = [[acc[p][v].get() for v in range(VECTORS)] for p in range(pixels)]
-            vals = [[b.select(relu, maxnum(b, x, zero), x) for x in row] for row in vals]
-            out_tile = gep(b, out_row, ow)
-            _store_tile(b, vals, out_tile, ohw, full, valid, lanes)
-            ow_slot.set(b.add(ow, i64(pixels)))
+        with for_range(b, first, min_i64(b, tiles, b.add(first, per_split)), name="tile") as t:
+            gt = b.add(b.mul(g, tiles), t)  # tile index over all groups
+            w_tile = gep(b, a["w"], b.mul(b.mul(gt, i64(VECTORS)), block))
+            oc0 = b.add(b.mul(g, ocg), b.mul(t, i64(width)))
+            valid = min_i64(b, b.sub(ocg, b.mul(t, i64(width))), i64(width))
+            full = b.icmp_signed("==", valid, i64(width))
+            bias_ptr = gep(b, a["bias"], b.mul(gt, i64(width)))
+            init = [b.select(has_bias, load_vec(b, gep(b, bias_ptr, v * lanes), lanes), zero)
+                    for v in range(VECTORS)]
+            first_channel = b.add(b.mul(n, oc), oc0)
+            out_c = gep(b, a["out"], b.mul(first_channel, a["OP"]))
+            res_c = gep(b, a["residual"], b.mul(first_channel, a["RP"]))
+            with for_range(b, 0, block_rows, name="row") as r:
+                x_row = gep(b, src, b.mul(b.mul(r, sh), row_len))
+                oh = b.add(oh0, r)
+                out_row = gep(b, out_c, scaled(b.mul(oh, a["OR"]), ol))
+                res_row = gep(b, res_c, scaled(b.mul(oh, a["RR"]), ol))
+                ow_slot = Slot(b, I64, i64(0), "ow")
 
-        with for_range(b, 0, b.sdiv(ow_n, i64(PIXELS)), name="tile"):
-            tile(PIXELS)
-        for pixels in (4, 2, 1):  # the rest of the row (< PIXELS): at most one of each
-            with b.if_then(b.icmp_signed(">=", b.sub(ow_n, ow_slot.get()), i64(pixels))):
-                tile(pixels)
+                def tile(pixels: int) -> None:
+                    ow = ow_slot.get()
+                    x_tile = gep(b, x_row, scaled(b.mul(ow, sw), xl))
+                    acc = [[Slot(b, vt, init[v]) for v in range(VECTORS)] for _ in range(pixels)]
+                    with for_range(b, 0, k_total, name=f"k{pixels}") as k:
+                        xk = gep(b, x_tile, b.load(gep(b, offsets, k)))
+                        wk = gep(b, w_tile, b.mul(k, i64(lanes)))
+                        wv = [load_vec(b, gep(b, wk, b.mul(block, i64(v))), lanes) for v in range(VECTORS)]
+                        for p in range(pixels):
+                            xb = splat(b, b.load(gep(b, xk, b.mul(sw, i64(p * xl)))), lanes)
+                            for v in range(VECTORS):
+                                acc[p][v].set(fma(b, xb, wv[v], acc[p][v].get()))
+                    vals = [[acc[p][v].get() for v in range(VECTORS)] for p in range(pixels)]
+                    vals = [[b.select(relu, maxnum(b, x, zero), x) for x in row] for row in vals]
+                    at = scaled(ow, ol)
+                    store = _store_blocked if blocked_out else _store_tile
+                    store(b, vals, gep(b, out_row, at), gep(b, res_row, at), tail, full, valid, lanes)
+                    ow_slot.set(b.add(ow, i64(pixels)))
+
+                with for_range(b, 0, b.sdiv(ow_n, i64(PIXELS)), name="ptile"):
+                    tile(PIXELS)
+                for pixels in (4, 2, 1):  # the rest of the row (< PIXELS): at most one of each
+                    with b.if_then(b.icmp_signed(">=", b.sub(ow_n, ow_slot.get()), i64(pixels))):
+                        tile(pixels)
+            if blocked_out:
+                _zero_border(b, a, out_c, valid, oh0, block_rows, lanes)
     b.ret_void()
     return str(module)
 
 
-def _store_tile(b: ir.IRBuilder, vals: list[list[ir.Value]], out_tile: ir.Value, ohw: ir.Value,
-                full: ir.Value, valid: ir.Value, lanes: int) -> None:
-    """Write a [pixels][vectors] tile of channel vectors to NCHW (channel c at out_tile + c·OH·OW)."""
+def _copy_rows(b: ir.IRBuilder, rows: ir.Value, x_img: ir.Value, planes: ir.Value, rows_in: ir.Value,
+               top: ir.Value, h: ir.Value, length: ir.Value, src_row: ir.Value, src_plane: ir.Value,
+               dst_row: ir.Value, dst_plane: ir.Value, left: ir.Value) -> None:
+    """rows[p][r][left + j] = x[p][top + r][j] for j < length (elements), zero elsewhere: the padding.
+
+    Whole vectors, then the rest of the row: the pointers come from the frame, so LLVM cannot prove
+    that they do not overlap and would leave the copy scalar."""
+    ft = rows.type.pointee
+    zero = ir.Constant(ft, 0.0)
+    lanes = LANES["float64" if ft == FLOAT_TYPES["float64"] else "float32"]
+
+    def fill(dst: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+        with for_range(b, begin, end, name="z") as j:
+            b.store(zero, gep(b, dst, j))
+
+    with for_range(b, 0, planes, name="cp_c") as c, for_range(b, 0, rows_in, name="cp_r") as r:
+        dst = gep(b, rows, b.add(b.mul(c, dst_plane), b.mul(r, dst_row)))
+        ih = b.add(top, r)
+        inside = b.and_(b.icmp_signed(">=", ih, i64(0)), b.icmp_signed("<", ih, h))
+        with b.if_else(inside) as (then, other):
+            with then:
+                fill(dst, i64(0), left)
+                src, row = gep(b, x_img, b.add(b.mul(c, src_plane), b.mul(ih, src_row))), gep(b, dst, left)
+                whole = b.mul(b.sdiv(length, i64(lanes)), i64(lanes))
+                with for_range(b, 0, whole, lanes, name="cpv") as j:
+                    store_vec(b, load_vec(b, gep(b, src, j), lanes), gep(b, row, j))
+                with for_range(b, whole, length, name="cp") as j:
+                    b.store(b.load(gep(b, src, j)), gep(b, row, j))
+                fill(dst, b.add(left, length), dst_row)
+            with other:
+                fill(dst, i64(0), dst_row)
+
+
+def _zero_border(b: ir.IRBuilder, a: dict[str, ir.Value], out_c: ir.Value, valid: ir.Value, oh0: ir.Value,
+                 block_rows: ir.Value, lanes: int) -> None:
+    """Zero the OPAD-pixel border of an NCHWc output around this item's rows of a tile's channel blocks
+    (the rows above the first row and below the last included): the padding its readers rely on."""
+    pad, ow_n, oh_n, row = a["OPAD"], a["OW"], a["OH"], b.mul(a["OR"], i64(lanes))
+    zero = const(vec(out_c.type.pointee, lanes), 0.0)
+
+    def pixels(at: ir.Value, begin: ir.Value, end: ir.Value) -> None:
+        with for_range(b, begin, end, name="zp") as j:
+            store_vec(b, zero, gep(b, at, b.mul(j, i64(lanes))))
+
+    def rows(begin: ir.Value, end: ir.Value, at: ir.Value) -> None:
+        with for_range(b, begin, end, name="zr") as r:
+            pixels(gep(b, at, b.mul(r, row)), b.sub(i64(0), pad), b.add(ow_n, pad))
+
+    vectors = b.select(b.icmp_signed(">", pad, i64(0)), b.sdiv(valid, i64(lanes)), i64(0))
+    with for_range(b, 0, vectors, name="zv") as v:
+        at = gep(b, out_c, b.mul(b.mul(v, i64(lanes)), a["OP"]))
+        with for_range(b, oh0, b.add(oh0, block_rows), name="zo") as oh:
+            line = gep(b, at, b.mul(oh, row))
+            pixels(line, b.sub(i64(0), pad), i64(0))
+            pixels(line, ow_n, b.add(ow_n, pad))
+        with b.if_then(b.icmp_signed("==", oh0, i64(0))):
+            rows(b.sub(i64(0), pad), i64(0), at)
+        with b.if_then(b.icmp_signed("==", b.add(oh0, block_rows), oh_n)):
+            rows(oh_n, b.add(oh_n, pad), at)
+
+
+class _Tail:
+    """The epilogue after the (bias, ReLU) of the accumulators: + residual, then ReLU, at store time;
+    and where the channels (blocks) of the output and the residual are (``OP``/``RP`` · ``ol``)."""
+
+    def __init__(self, b: ir.IRBuilder, residual: ir.Value, relu_out: ir.Value, out_plane: ir.Value,
+                 res_plane: ir.Value, ol: int) -> None:
+        self.b, self.residual, self.relu_out = b, residual, relu_out
+        self.out_plane, self.res_plane, self.ol = out_plane, res_plane, ol
+
+    def apply(self, value: ir.Value, res: ir.Value | None) -> ir.Value:
+        b = self.b
+        if res is not None:
+            value = b.fadd(value, res)
+        return b.select(self.relu_out, maxnum(b, value, const(value.type, 0.0)), value)
+
+    def at(self, channel: ir.Value | int, pixel: int) -> tuple[ir.Value, ir.Value]:
+        """Offsets of (channel, pixel) of the tile in the output and in the residual (channel: the first
+        of its block when blocked)."""
+        b = self.b
+        channel = i64(channel) if isinstance(channel, int) else channel
+        pixel = i64(pixel * self.ol)
+        return b.add(b.mul(channel, self.out_plane), pixel), b.add(b.mul(channel, self.res_plane), pixel)
+
+
+def _load_first(b: ir.IRBuilder, ptr: ir.Value, count: int, vt: ir.VectorType) -> ir.Value:
+    """The first ``count`` lanes of a ``vt`` vector loaded from ``ptr`` (power-of-two pieces; no
+    element past ``ptr + count`` is read); the other lanes are undefined."""
+    value, offset = ir.Constant(vt, ir.Undefined), 0
+    while offset < count:
+        size = 1 << ((count - offset).bit_length() - 1)
+        if size == 1:
+            value = b.insert_element(value, b.load(gep(b, ptr, offset)), i64(offset))
+        else:
+            part = load_vec(b, gep(b, ptr, offset), size)
+            widen = [*range(size), *[size] * (vt.count - size)]
+            wide = b.shuffle_vector(part, ir.Constant(part.type, ir.Undefined),
+                                    ir.Constant(vec(I32, vt.count), widen))
+            keep = [vt.count + i - offset if offset <= i < offset + size else i for i in range(vt.count)]
+            value = b.shuffle_vector(value, wide, ir.Constant(vec(I32, vt.count), keep))
+        offset += size
+    return value
+
+
+def _store_tile(b: ir.IRBuilder, vals: list[list[ir.Value]], out_tile: ir.Value, res_tile: ir.Value,
+                tail: _Tail, full: ir.Value, valid: ir.Value, lanes: int) -> None:
+    """Write a [pixels][vectors] tile of channel vectors to NCHW (channel c at out_tile + c·OP)."""
+    vt = vals[0][0].type
     with b.if_else(full) as (then, other):
         with then:  # transpose [pixels][channels] into [channels][pixels]: whole-row stores
             for v in range(len(vals[0])):
                 for p0 in range(0, len(vals), lanes):
                     group = [row[v] for row in vals[p0:p0 + lanes]]
                     for j, channel in enumerate(transpose(b, group)):
-                        dst = gep(b, out_tile, b.add(b.mul(i64(v * lanes + j), ohw), i64(p0)))
-                        store_first(b, channel, len(group), dst)
+                        at, res_at = tail.at(v * lanes + j, p0)
+                        with b.if_else(tail.residual) as (add, plain):
+                            with add:
+                                res = _load_first(b, gep(b, res_tile, res_at), len(group), vt)
+                                store_first(b, tail.apply(channel, res), len(group), gep(b, out_tile, at))
+                            with plain:
+                                store_first(b, tail.apply(channel, None), len(group), gep(b, out_tile, at))
         # A partial channel block at the end of a group.
         with other, for_range(b, 0, valid, name="ch") as c:
-            dst = gep(b, out_tile, b.mul(c, ohw))
             v_idx = b.sdiv(c, i64(lanes))
             lane = b.srem(c, i64(lanes))
             for p, row in enumerate(vals):
                 value = row[0]
                 for v in range(1, len(row)):
                     value = b.select(b.icmp_signed("==", v_idx, i64(v)), row[v], value)
-                b.store(b.extract_element(value, lane), gep(b, dst, p))
+                at, res_at = tail.at(c, p)
+                scalar = b.extract_element(value, lane)
+                with b.if_else(tail.residual) as (add, plain):
+                    with add:
+                        b.store(tail.apply(scalar, b.load(gep(b, res_tile, res_at))), gep(b, out_tile, at))
+                    with plain:
+                        b.store(tail.apply(scalar, None), gep(b, out_tile, at))
+
+
+def _store_blocked(b: ir.IRBuilder, vals: list[list[ir.Value]], out_tile: ir.Value, res_tile: ir.Value,
+                   tail: _Tail, full: ir.Value, valid: ir.Value, lanes: int) -> None:
+    """Write a [pixels][vectors] tile of channel vectors to NCHWc: every vector is one store (the channel
+    blocks of a group are whole, so a tile's vectors are either stored or past the group's end)."""
+    for v in range(len(vals[0])):
+        with b.if_then(b.icmp_signed(">", valid, i64(v * lanes))), b.if_else(tail.residual) as (add, plain):
+            for with_residual, branch in ((True, add), (False, plain)):
+                with branch:
+                    for p, row in enumerate(vals):
+                        at, res_at = tail.at(v * lanes, p)
+                        res = load_vec(b, gep(b, res_tile, res_at), lanes) if with_residual else None
+                        store_vec(b, tail.apply(row[v], res), gep(b, out_tile, at))
 
 
 def _stride_class(sw: int) -> int:
     return sw if sw in (1, 2) else 0
 
 
-def _kernel(dtype: str, sw: int) -> Any:
-    """The compiled kernel for ``dtype`` and the width-stride class of ``sw``."""
+def job_address(dtype: str, sw: int, blocked_in: bool = False, blocked_out: bool = False) -> int:
+    """The address of the compiled job ``void conv_nchwc(i64* frame)`` for ``dtype``, stride ``sw`` and the
+    layouts of x and out (NCHW, or NCHWc when blocked)."""
     s = _stride_class(sw)
-    return native_function(("conv_nchwc", dtype, s), lambda: _build_ir(dtype, s), "conv_nchwc", _ARGTYPES)
+    key = ("conv_nchwc", dtype, s, blocked_in, blocked_out)
+    return native_library(key, lambda: _build_ir(dtype, s, blocked_in, blocked_out)).address("conv_nchwc")
+
+
+def scratch_bytes(c_group: D, w: D, kh: int, kw: int, sh: int, dh: int, pads: Sequence[int],
+                  itemsize: int) -> D:
+    """Bytes of one thread's scratch: the offset table, then (padded convs) the input rows of ROWS output
+    rows; a multiple of ``SLOT_ALIGN``. ``pads`` is (top, bottom, left, right)."""
+    size = c_group * (kh * kw * 8)
+    if any(pads):
+        rows_in = (ROWS - 1) * sh + (kh - 1) * dh + 1
+        size = size + c_group * ((w + (pads[2] + pads[3])) * (rows_in * itemsize))
+    return (size + (SLOT_ALIGN - 1)) // SLOT_ALIGN * SLOT_ALIGN
 
 
 def pack_weights(weight: np.ndarray, groups: int, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -199,34 +410,31 @@ def pack_weights(weight: np.ndarray, groups: int, bias: np.ndarray | None) -> tu
     return packed, bp
 
 
-def _packed(weight: np.ndarray, bias: np.ndarray | None,
-            groups: int) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """Packed weights and padded bias with their addresses (cached for constants)."""
-    def build() -> tuple[np.ndarray, np.ndarray, int, int]:
-        packed, bias_p = pack_weights(weight, groups, bias)
-        return packed, bias_p, ptr(packed), ptr(bias_p)
-
-    return cached_pack(f"nchwc/g{groups}", weight, bias, build)
+def packed(weight: np.ndarray, bias: np.ndarray | None, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Packed weights and padded bias (cached for constants; the caller keeps them alive while in use)."""
+    return cached_pack(f"nchwc/g{groups}", weight, bias, lambda: pack_weights(weight, groups, bias))
 
 
 def conv2d_nchwc(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry, *,
-                 relu: bool = False) -> np.ndarray:
+                 epilogue: Epilogue = NO_EPILOGUE, residual: np.ndarray | None = None) -> np.ndarray:
     """The convolution as [N, C_out, OH, OW] (x 4-D, C-contiguous, of weight's dtype).
 
     Packed weights are cached for read-only (constant) weight arrays.
     """
-    pack = _packed(weight, bias, geo.groups)  # this reference keeps the packed arrays alive
-    w_ptr, b_ptr = pack[2], pack[3]
-    xp = padded_input(x, geo)
-    out = output_array(geo, x.dtype)
+    w_p, b_p = packed(weight, bias, geo.groups)  # these references keep the packed arrays alive
     name = float_name(x.dtype)
-    width = LANES[name] * VECTORS
-    items = geo.n * geo.groups * (-(-geo.oc_group // width)) * geo.oh
-    flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_RELU if relu else 0)
-    chunk = max(1, min(8, items // 64))  # small chunks: a slow helper delays the end by one chunk
-    args = (ptr(xp), w_ptr, b_ptr, ptr(out), geo.c_group, xp.shape[2], xp.shape[3], geo.c_out,
-            geo.oh, geo.ow, geo.kh, geo.kw, geo.sh, geo.sw, geo.dh, geo.dw, geo.groups, flags)
-    POOL.run(_kernel(name, geo.sw), (*args, counter(), items, chunk), flops=geo.flops)
+    out = output_array(geo, x.dtype)
+    pads = (geo.pad_top, geo.pad_bottom, geo.pad_left, geo.pad_right)
+    slot = scratch_bytes(geo.c_group, geo.w, geo.kh, geo.kw, geo.sh, geo.dh, pads, x.itemsize)
+    scratch = np.empty(slot * POOL.threads, np.uint8)
+    frame = FRAME.pack(
+        x=ptr(x), w=ptr(w_p), bias=ptr(b_p), out=ptr(out), scratch=ptr(scratch),
+        residual=None if residual is None else ptr(residual), N=geo.n, C=geo.c_in, H=geo.h, W=geo.w,
+        XR=geo.w, XP=geo.h * geo.w, OC=geo.c_out, OH=geo.oh, OW=geo.ow, OR=geo.ow, OP=geo.oh * geo.ow,
+        RR=geo.ow, RP=geo.oh * geo.ow, KH=geo.kh, KW=geo.kw, SH=geo.sh, SW=geo.sw, DH=geo.dh,
+        DW=geo.dw, PT=geo.pad_top, PL=geo.pad_left, PB=geo.pad_bottom, PR=geo.pad_right, groups=geo.groups,
+        flags=epilogue.flags(bias is not None), slot_bytes=slot)
+    POOL.run(job_address(name, geo.sw), frame, flops=geo.flops)
     return out
 
 

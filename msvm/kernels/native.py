@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from llvmlite import ir
 
+from ..native import irhelpers
 from ..native.llvm import NativeLibrary, compile_ir
 
 PTR = ctypes.c_void_p
@@ -74,17 +76,64 @@ def ptr(arr: np.ndarray) -> int:
         return arr.ctypes.data
 
 
-COUNTER = ctypes.POINTER(ctypes.c_int64)  # argtype of a chunk-scheduled kernel's work counter
-
-
-def counter() -> Any:
-    """A fresh work counter for one call of a chunk-scheduled kernel (see ``threads``), by reference."""
-    return ctypes.byref(ctypes.c_int64(0))
-
-
 DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 
 
 def float_name(dtype: np.dtype) -> str | None:
     """"float32"/"float64" for those dtypes, else None (``dtype.name`` costs several µs)."""
     return DTYPE_NAMES.get(dtype)
+
+
+class Frame:
+    """The argument block of a native *job* (``void job(i64* frame)``): one i64 per named field.
+
+    Pointers travel as addresses. One definition serves the three sides: the job's IR reads its
+    fields (``define``; ``unpack`` inside a function of one's own), Python fills a block for a call
+    (``pack``) and generated code stores the same fields by index (``index``). Fields named in
+    ``zeroed`` are work counters that every call must start at 0.
+    """
+
+    def __init__(self, fields: Sequence[str], pointers: Sequence[str], zeroed: Sequence[str] = ()) -> None:
+        self.fields = tuple(fields)
+        self.index = {name: i for i, name in enumerate(self.fields)}
+        self.pointers = frozenset(pointers)
+        self.zeroed = frozenset(zeroed)
+        self._type = ctypes.c_int64 * len(self.fields)
+
+    def unpack(self, b: ir.IRBuilder, frame: ir.Value, types: dict[str, ir.Type]) -> dict[str, ir.Value]:
+        """IR: every field loaded from ``frame`` (i64*), pointer fields cast to ``types[name]``; the
+        counters are their slots' addresses."""
+        out = {}
+        for name, i in self.index.items():
+            slot = b.gep(frame, [irhelpers.i64(i)], inbounds=True)
+            if name in self.zeroed:
+                out[name] = slot
+                continue
+            value = b.load(slot)
+            out[name] = b.inttoptr(value, types[name]) if name in self.pointers else value
+        return out
+
+    def define(self, module: ir.Module, name: str, pointer_type: ir.Type, *, noalias: Sequence[str] = (),
+               no_builtins: bool = False) -> tuple[ir.IRBuilder, dict[str, ir.Value]]:
+        """IR: the job ``void name(i64* frame)``, which unpacks the frame and calls the kernel's body;
+        returns the body's builder and its arguments by field name (pointer fields of ``pointer_type``,
+        counters as ``i64*``, the rest ``i64``). The body is a function of its own so that the pointers
+        in ``noalias`` keep that promise (LLVM cannot see it through the loads from the frame)."""
+        i64, void = irhelpers.I64, irhelpers.VOID
+        types = {f: pointer_type if f in self.pointers else i64.as_pointer() if f in self.zeroed else i64
+                 for f in self.fields}
+        body, b, args = irhelpers.define(module, f"{name}_body", void, list(types.items()), noalias=noalias,
+                                         no_builtins=no_builtins)
+        body.linkage = "internal"
+        _, jb, job = irhelpers.define(module, name, void, [("frame", i64.as_pointer())])
+        values = self.unpack(jb, job["frame"], types)
+        jb.call(body, [values[f] for f in self.fields])
+        jb.ret_void()
+        return b, args
+
+    def pack(self, **values: int | None) -> Any:
+        """A ctypes block for one call (``None`` pointers and omitted fields are 0)."""
+        block = self._type()
+        for name, value in values.items():
+            block[self.index[name]] = value or 0
+        return block

@@ -1,92 +1,225 @@
-"""A tiny thread pool that runs one native kernel on several cores at once.
+"""A tiny thread pool for native kernels, callable from Python and from generated code alike.
 
-The native kernels split their own work: each call takes items from a shared atomic counter
-(``irhelpers.for_each_chunk``) until none are left, so calling the same function with the same
-arguments from k threads divides the work dynamically — a thread that starts late or is
-descheduled (a loaded 2-core machine) simply takes fewer chunks. ctypes releases the GIL for the
-duration of the native call.
+A kernel that runs on several cores is a *job*: ``void job(i64* frame)`` (see ``native.Frame``)
+that takes its work items in chunks from an atomic counter in the frame
+(``irhelpers.for_each_chunk``), so calling it from k threads at once divides the work
+dynamically — a thread that starts late or is descheduled (a loaded 2-core machine) simply takes
+fewer chunks. ``pool_run(pool, job, frame, threads)`` — native code, compiled once per process —
+runs the job on the calling thread and lends it to up to ``threads − 1`` helpers. The interpreter's
+kernels call it through ctypes (which releases the GIL); JIT regions call it by address, so the
+conv kernels of a compiled region share the same helpers without any Python in between.
 
-Waking a pool thread costs ≈45 µs here (150 µs under load), so ``run`` lends work to a helper
-only when it is large enough, and the caller never waits for a helper that has not started yet:
-each lent task carries a claim lock; whoever takes it first (the helper when it starts, or the caller once its
-own share is done) owns the task, so an unclaimed task is simply dropped.
+Handing out work: a call publishes the job with ``threads − 1`` *tickets* and wakes the helpers.
+A helper that claims a ticket runs the job; once the caller's own share is done it takes back
+the unclaimed tickets, so it never waits for a helper that has not started — only for those
+running a chunk. Helpers spin briefly after a job (the next kernel of a region usually follows
+within microseconds) and then sleep on a futex; a busy pool (another thread's call) means the
+job runs on the caller alone.
 
 Why not static halves or spinning workers: on this 2-core machine shared with other processes,
 libraries that split work statically and spin at barriers (OpenBLAS, torch's OpenMP) collapse
 when one core is taken — measured here: torch's 2-thread conv fell from ~70 to ~1 GFLOP/s and
 OpenBLAS sgemm to ~1 GFLOP/s under load — while chunked work degrades to the speed of the cores
-actually available (a 32×32×32² 3×3 conv: 37 ms on one thread vs 18 ms on two while the load
-average was 4, the two threads together using 12 ms of CPU time against one thread's 10 ms).
+actually available.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
-import queue
+import platform
 import threading
-from collections.abc import Callable, Sequence
 from typing import Any
 
-# Below this much work (flops) per extra thread one thread is as fast: the helper wakes after ~45 µs,
-# and on a shared machine it may run slowly and hold the last chunk.
-MIN_FLOPS_PER_THREAD = 16e6
+import numpy as np
+from llvmlite import ir
+
+from ..native.irhelpers import I8, I32, I64, VOID, Slot, define, i64
+from .native import PTR, native_library
+
+# Below this much work (flops, ≈ 25 µs) per extra thread one thread is as fast: handing a job over
+# costs a few microseconds to a spinning helper, a futex wake to a sleeping one, and the caller may
+# wait for a helper's last chunk (measured on W1: 16e6, right for Python-side queues, left batch-1
+# convs on one core).
+MIN_FLOPS_PER_THREAD = 2e6
+# How long a helper (after a job) and a caller (waiting for helpers) spin before sleeping: pause
+# instructions, ≈ 50 µs on this machine.
+SPINS = 2000
+_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine()) if platform.system() == "Linux" else None
+_FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # the _PRIVATE variants
+
+# The pool's shared state: one i64 per field, each on its own cache line.
+_FIELDS = ("busy", "generation", "sleepers", "job", "frame", "tickets", "done", "waiting", "helpers")
+_LINE = 8  # i64s per cache line
+I8P = I8.as_pointer()
+JOB = ir.FunctionType(VOID, [I64.as_pointer()])
 
 
-class _Task:
-    __slots__ = ("args", "claim", "done", "fn")
+class _State:
+    """Named pointers to the fields of the pool's state inside one IR function."""
 
-    def __init__(self, fn: Callable[..., Any], args: Sequence[Any]) -> None:
-        self.fn = fn
-        self.args = args
-        self.claim = threading.Lock()
-        self.done = threading.Event()
+    def __init__(self, b: ir.IRBuilder, raw: ir.Value) -> None:
+        base = b.bitcast(raw, I64.as_pointer())
+        self.ptr = {name: b.gep(base, [i64(i * _LINE)]) for i, name in enumerate(_FIELDS)}
+        self.word = {name: b.bitcast(p, I32.as_pointer()) for name, p in self.ptr.items()}
 
 
-class NativePool:
-    """Helper threads for native kernels (daemon threads, started on first use)."""
+def _futex(b: ir.IRBuilder, word: ir.Value, op: int, value: ir.Value) -> None:
+    module = b.module
+    fn = module.globals.get("syscall") or ir.Function(module, ir.FunctionType(I64, [I64], var_arg=True),
+                                                      name="syscall")
+    b.call(fn, [i64(_FUTEX or 0), b.ptrtoint(word, I64), i64(op), value, i64(0), i64(0), i64(0)])
+
+
+def _pause(b: ir.IRBuilder) -> None:
+    if platform.machine() == "x86_64":
+        fn = b.module.globals.get("llvm.x86.sse2.pause") or ir.Function(
+            b.module, ir.FunctionType(VOID, []), name="llvm.x86.sse2.pause")
+        b.call(fn, [])
+
+
+def _load(b: ir.IRBuilder, ptr: ir.Value) -> ir.Value:
+    return b.load_atomic(ptr, "seq_cst", 8)
+
+
+def _wait_while_equal(b: ir.IRBuilder, st: _State, field: str, value: ir.Value, sleepers: str) -> ir.Value:
+    """Spin, then sleep on the futex of ``field`` while it holds ``value``; returns the new value.
+
+    ``sleepers`` counts the sleeping threads, so that the other side only pays a futex wake when
+    somebody sleeps (both sides use sequentially consistent operations: no wake-up is lost).
+    """
+    fn = b.function
+    spins = Slot(b, I64, i64(0))
+    head, spin, sleep, done = (fn.append_basic_block(f"{field}.{n}") for n in ("head", "spin", "nap", "end"))
+    b.branch(head)
+    b.position_at_end(head)
+    current = _load(b, st.ptr[field])
+    b.cbranch(b.icmp_signed("!=", current, value), done, spin)
+    b.position_at_end(spin)
+    _pause(b)
+    count = b.add(spins.get(), i64(1))
+    spins.set(count)
+    b.cbranch(b.icmp_signed("<", count, i64(SPINS)), head, sleep)
+    b.position_at_end(sleep)
+    b.atomic_rmw("add", st.ptr[sleepers], i64(1), "seq_cst")
+    with b.if_then(b.icmp_signed("==", _load(b, st.ptr[field]), value)):
+        _futex(b, st.word[field], _FUTEX_WAIT, b.trunc(value, I32))
+    b.atomic_rmw("sub", st.ptr[sleepers], i64(1), "seq_cst")
+    spins.set(i64(0))
+    b.branch(head)
+    b.position_at_end(done)
+    return current
+
+
+def _wake(b: ir.IRBuilder, st: _State, field: str, sleepers: str) -> None:
+    with b.if_then(b.icmp_signed(">", _load(b, st.ptr[sleepers]), i64(0))):
+        _futex(b, st.word[field], _FUTEX_WAKE, i64(0x7FFFFFFF))
+
+
+def _build_ir() -> str:
+    module = ir.Module("job_pool")
+    jobp = JOB.as_pointer()
+
+    # pool_serve(state): a helper's loop, never returns.
+    _, b, a = define(module, "pool_serve", VOID, [("state", I8P)])
+    st = _State(b, a["state"])
+    seen = Slot(b, I64, _load(b, st.ptr["generation"]))
+    loop = b.append_basic_block("loop")
+    b.branch(loop)
+    b.position_at_end(loop)
+    seen.set(_wait_while_equal(b, st, "generation", seen.get(), "sleepers"))
+    claim, run = b.append_basic_block("claim"), b.append_basic_block("run")
+    b.branch(claim)
+    b.position_at_end(claim)
+    tickets = _load(b, st.ptr["tickets"])
+    try_claim = b.append_basic_block("try")
+    b.cbranch(b.icmp_signed(">", tickets, i64(0)), try_claim, loop)
+    b.position_at_end(try_claim)
+    taken = b.cmpxchg(st.ptr["tickets"], tickets, b.sub(tickets, i64(1)), "seq_cst", "seq_cst")
+    won = b.extract_value(taken, 1)
+    b.cbranch(won, run, claim)
+    b.position_at_end(run)  # the job and frame were stored before the tickets: this is the current job
+    job = b.inttoptr(_load(b, st.ptr["job"]), jobp)
+    b.call(job, [b.inttoptr(_load(b, st.ptr["frame"]), I64.as_pointer())])
+    b.atomic_rmw("add", st.ptr["done"], i64(1), "seq_cst")
+    _wake(b, st, "done", "waiting")
+    b.branch(loop)
+
+    # pool_run(state, job, frame, threads): run the job here and on up to threads - 1 helpers.
+    _, b, a = define(module, "pool_run", VOID, [("state", I8P), ("job", jobp), ("frame", I64.as_pointer()),
+                                                ("threads", I64)])
+    st = _State(b, a["state"])
+    wanted = b.sub(a["threads"], i64(1))
+    helpers = _load(b, st.ptr["helpers"])
+    wanted = b.select(b.icmp_signed("<", wanted, helpers), wanted, helpers)
+    shared, alone = b.append_basic_block("shared"), b.append_basic_block("alone")
+    lock = b.append_basic_block("lock")
+    b.cbranch(b.icmp_signed(">", wanted, i64(0)), lock, alone)
+    b.position_at_end(lock)
+    locked = b.extract_value(b.cmpxchg(st.ptr["busy"], i64(0), i64(1), "seq_cst", "seq_cst"), 1)
+    b.cbranch(locked, shared, alone)
+    b.position_at_end(alone)
+    b.call(a["job"], [a["frame"]])
+    b.ret_void()
+    b.position_at_end(shared)
+    b.store_atomic(b.ptrtoint(a["job"], I64), st.ptr["job"], "seq_cst", 8)
+    b.store_atomic(b.ptrtoint(a["frame"], I64), st.ptr["frame"], "seq_cst", 8)
+    b.store_atomic(i64(0), st.ptr["done"], "seq_cst", 8)
+    b.store_atomic(wanted, st.ptr["tickets"], "seq_cst", 8)
+    b.atomic_rmw("add", st.ptr["generation"], i64(1), "seq_cst")
+    _wake(b, st, "generation", "sleepers")
+    b.call(a["job"], [a["frame"]])
+    unclaimed = b.atomic_rmw("xchg", st.ptr["tickets"], i64(0), "seq_cst")
+    started = b.sub(wanted, unclaimed)
+    wait, finish = b.append_basic_block("wait"), b.append_basic_block("finish")
+    b.branch(wait)
+    b.position_at_end(wait)
+    done = _load(b, st.ptr["done"])
+    keep_waiting = b.append_basic_block("keep_waiting")
+    b.cbranch(b.icmp_signed("<", done, started), keep_waiting, finish)
+    b.position_at_end(keep_waiting)
+    _wait_while_equal(b, st, "done", done, "waiting")
+    b.branch(wait)
+    b.position_at_end(finish)
+    b.store_atomic(i64(0), st.ptr["busy"], "seq_cst", 8)
+    b.ret_void()
+    return str(module)
+
+
+class JobPool:
+    """The process's helper threads for native jobs (daemon threads, started on first use)."""
 
     def __init__(self, threads: int) -> None:
-        self.threads = max(1, threads)
-        self._queue: queue.SimpleQueue[_Task] = queue.SimpleQueue()
-        self._started = 0
+        self.threads = max(1, threads)  # the calling thread included
+        self._state = np.zeros(len(_FIELDS) * _LINE, np.int64)
+        self._address = self._state.ctypes.data
         self._lock = threading.Lock()
+        self._run: Any = None
 
-    def _ensure_helpers(self, n: int) -> None:
+    def _start(self) -> Any:
         with self._lock:
-            while self._started < n:
-                threading.Thread(target=self._serve, name=f"msvm-native-{self._started}", daemon=True).start()
-                self._started += 1
+            if self._run is None:
+                lib = native_library(("job_pool",), _build_ir)
+                state = self._address
+                helpers = self.threads - 1 if _FUTEX is not None else 0
+                serve = lib.ctypes_function("pool_serve", None, [PTR])
+                for i in range(helpers):
+                    name = f"msvm-native-{i}"
+                    threading.Thread(target=serve, args=(state,), name=name, daemon=True).start()
+                self._state[_FIELDS.index("helpers") * _LINE] = helpers
+                self._entry = lib.address("pool_run")
+                self._run = lib.ctypes_function("pool_run", None, [PTR, PTR, PTR, ctypes.c_int64])
+        return self._run
 
-    def _serve(self) -> None:
-        while True:
-            task = self._queue.get()
-            if task.claim.acquire(blocking=False):
-                try:
-                    task.fn(*task.args)
-                finally:
-                    task.done.set()
+    def entry(self) -> tuple[int, int]:
+        """(address of ``pool_run``, address of the pool's state) for generated code to call."""
+        self._start()
+        return self._entry, self._address
 
-    def run(self, fn: Callable[..., Any], args: Sequence[Any], *, flops: float) -> int:
-        """Call ``fn(*args)`` on up to ``self.threads`` threads (the caller included); returns how many.
-
-        ``fn`` must share its work through an atomic counter in ``args`` (see module docstring).
-        """
-        n = int(min(self.threads, max(1.0, flops / MIN_FLOPS_PER_THREAD)))
-        if n <= 1:
-            fn(*args)
-            return 1
-        self._ensure_helpers(n - 1)
-        tasks = [_Task(fn, args) for _ in range(n - 1)]
-        for task in tasks:
-            self._queue.put(task)
-        fn(*args)
-        used = 1
-        for task in tasks:
-            if task.claim.acquire(blocking=False):
-                continue  # the helper never started: nothing left for it to do
-            task.done.wait()
-            used += 1
-        return used
+    def run(self, job: int, frame: Any, *, flops: float) -> None:
+        """Run ``job`` (an address) on ``frame`` on as many threads as ``flops`` of work is worth."""
+        threads = int(min(self.threads, max(1.0, flops / MIN_FLOPS_PER_THREAD)))
+        (self._run or self._start())(self._address, job, ctypes.addressof(frame), threads)
 
 
 def default_threads() -> int:
@@ -97,4 +230,4 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-POOL = NativePool(default_threads())
+POOL = JobPool(default_threads())

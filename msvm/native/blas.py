@@ -1,17 +1,23 @@
-"""GEMM entry points found at run time: where they are, their ABI, a safe wrapper, and how fast they are.
+"""GEMM entry points already in this process: where they are, their ABI, a safe wrapper, which one to use.
 
-Sources, in order: numpy's bundled OpenBLAS (``numpy.libs``/``scipy_openblas64``: 64-bit integer
-symbols such as ``scipy_cblas_sgemm64_`` and ``scipy_sgemm_64_``), scipy's bundled OpenBLAS
-(found on disk without importing scipy; 32-bit integers), scipy's
-``scipy.linalg.cython_blas.__pyx_capi__`` capsules (Fortran ABI, 32-bit integers — only when
-``scipy.linalg`` is already imported, since importing it costs ~0.5 s), and system BLAS libraries
-found by ``ctypes.util.find_library``. Any of them may be missing; ``best_sgemm()`` then returns
-None and callers fall back to numpy.
+Only libraries that are *already loaded* are used — numpy's own BLAS always is, once numpy is
+imported. Loading another one (scipy's bundled OpenBLAS, a system BLAS) just to use or measure it
+would start a second thread pool: on a small machine its threads and numpy's then spin against each
+other, and numpy's own matmul stalls (measured here: ~16 ms after each native GEMM on 2 cores).
+Sources: numpy's bundled OpenBLAS (``numpy.libs``/``scipy_openblas64``: 64-bit integer symbols such
+as ``scipy_cblas_sgemm64_``), scipy's bundled OpenBLAS (32-bit integers) when scipy has loaded it,
+other BLAS libraries mapped into the process (``/proc/self/maps``; ``find_library`` names where there
+is no /proc), and scipy's ``scipy.linalg.cython_blas`` capsules (Fortran ABI, 32-bit integers) when
+``scipy.linalg`` is imported. Each is opened with ``RTLD_NOLOAD``, so nothing new is ever loaded.
+When none is found ``best_sgemm()`` returns None and callers fall back to numpy.
 
 Each ``GemmEntry`` knows its ABI (``cblas`` row-major or ``fortran`` column-major, and the width
 of its integers), its function address (for generated code to call) and offers ``gemm`` on
-C-contiguous arrays. ``rate_gflops`` measures it once per process on a few representative
-sizes; ``best_sgemm``/``best_dgemm`` pick the fastest by measurement.
+C-contiguous arrays. ``best_gemm`` uses the library numpy uses unless another loaded one is more
+than ``SWITCH_MARGIN`` faster on a quiet measurement (rounds alternating between the libraries,
+the best round of each counting); ``choice`` says which and why (the capability DB records it),
+``rate_gflops`` measures a library once per process, ``identity`` names the loaded libraries (part
+of the key of the on-disk capability DB).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import functools
 import glob
 import importlib.util
 import os
+import re
 import sys
 import threading
 import time
@@ -35,7 +42,8 @@ CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
 # (M, N, K) measured by rate_gflops: a conv-shaped GEMM (small M and K) and an MLP-shaped one —
 # the sizes the kernel variants hand to BLAS, small enough to measure in milliseconds.
 RATE_SHAPES = ((64, 1024, 144), (128, 256, 256))
-SWITCH_MARGIN = 1.25  # how much faster another library must be to be used instead of numpy's
+SWITCH_MARGIN = 1.15  # how much faster another library must be to be used instead of numpy's
+QUIET_ROUNDS = 3  # alternating measurement rounds when several libraries compete
 
 
 @dataclass(frozen=True)
@@ -149,13 +157,30 @@ def _symbols_in(source: str, path: str, lib: ctypes.CDLL, default_int_bits: int)
 
 def _int_bits_of(lib: ctypes.CDLL) -> int:
     """64 when an OpenBLAS says it was built with 64-bit integers (ILP64), else 32."""
-    for name in ("openblas_get_config", "openblas_get_config64_", "scipy_openblas_get_config64_",
-                 "scipy_openblas_get_config"):
+    return 64 if "USE64BITINT" in _config_of(lib) else 32
+
+
+def _config_of(lib: ctypes.CDLL) -> str:
+    """An OpenBLAS's build configuration (version, integer width, target), "" for other libraries."""
+    return _call_first(lib, ("openblas_get_config", "openblas_get_config64_", "scipy_openblas_get_config64_",
+                             "scipy_openblas_get_config"), ctypes.c_char_p, b"").decode(errors="replace")
+
+
+def _threads_of(lib: ctypes.CDLL) -> int | None:
+    """The size of an OpenBLAS's thread pool, None for other libraries."""
+    return _call_first(lib, ("openblas_get_num_threads", "openblas_get_num_threads64_",
+                             "scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads"),
+                       ctypes.c_int, None)
+
+
+def _call_first(lib: ctypes.CDLL, names: Iterable[str], restype: Any, default: Any) -> Any:
+    for name in names:
         fn = getattr(lib, name, None)
         if fn is not None:
-            fn.restype = ctypes.c_char_p
-            return 64 if b"USE64BITINT" in (fn() or b"") else 32
-    return 32
+            fn.restype = restype
+            value = fn()
+            return default if value is None else value
+    return default
 
 
 def _package_libraries(package: str, patterns: Iterable[str]) -> list[str]:
@@ -170,9 +195,24 @@ def _package_libraries(package: str, patterns: Iterable[str]) -> list[str]:
     return paths
 
 
-def _load(path: str) -> ctypes.CDLL | None:
+_BLAS_NAME = re.compile(r"lib(scipy_)?openblas|libcblas|libblas|libblis|libmkl_rt|libflexiblas")
+
+
+def _mapped_libraries() -> list[str]:
+    """BLAS-looking shared libraries mapped into this process (Linux); find_library's answers elsewhere."""
     try:
-        return ctypes.CDLL(path)
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            paths = {line.split(None, 5)[5].strip() for line in maps if line.count(" ") >= 5 and "/" in line}
+    except OSError:
+        found = (ctypes.util.find_library(n) for n in ("openblas", "blas", "cblas", "blis", "mkl_rt"))
+        return [p for p in found if p]
+    return sorted(p for p in paths if _BLAS_NAME.search(os.path.basename(p)))
+
+
+def _loaded(path: str) -> ctypes.CDLL | None:
+    """A handle on ``path`` if it is already loaded in this process; never loads it."""
+    try:
+        return ctypes.CDLL(path, mode=os.RTLD_NOLOAD)
     except OSError:
         return None
 
@@ -200,25 +240,20 @@ _DISCOVER_LOCK = threading.Lock()
 
 @functools.cache
 def _discover_libraries() -> tuple[tuple[str, str, int], ...]:
-    """(source, path, int bits) of every BLAS library found on disk."""
-    found = []
-    numpy_libs = _package_libraries("numpy", ["numpy.libs/*openblas*.so*", "numpy/.dylibs/*openblas*"])
-    numpy_libs += _package_libraries("scipy_openblas64", ["scipy_openblas64/lib/*openblas*.so*"])
-    for path in numpy_libs:
-        found.append(("numpy", path))
-    for path in _package_libraries("scipy", ["scipy.libs/*openblas*.so*"]):
-        found.append(("scipy", path))
-    for name in ("openblas", "blas", "cblas", "blis", "mkl_rt"):
-        path = ctypes.util.find_library(name)
-        if path:
-            found.append(("system", path))
+    """(source, path, int bits) of every BLAS library already loaded in this process."""
+    bundled = (("numpy", "numpy", ("numpy.libs/*openblas*.so*", "numpy/.dylibs/*openblas*")),
+               ("numpy", "scipy_openblas64", ("scipy_openblas64/lib/*openblas*.so*",)),
+               ("scipy", "scipy", ("scipy.libs/*openblas*.so*",)))
+    found = [(source, path) for source, package, patterns in bundled
+             for path in _package_libraries(package, patterns)]
+    found += [("system", p) for p in _mapped_libraries()]
     result, seen = [], set()
     for source, path in found:
         real = os.path.realpath(path) if os.path.exists(path) else path
         if real in seen:
             continue
         seen.add(real)
-        lib = _load(path)
+        lib = _loaded(path)
         if lib is not None:
             result.append((source, path, _int_bits_of(lib)))
     return tuple(result)
@@ -237,7 +272,7 @@ def discover() -> list[GemmEntry]:
         if _entries is None:
             entries = []
             for source, path, bits in _discover_libraries():
-                lib = _load(path)
+                lib = _loaded(path)
                 if lib is not None:
                     entries += _symbols_in(source, path, lib, bits)
             _entries = entries
@@ -248,8 +283,8 @@ def discover() -> list[GemmEntry]:
 
 
 def libraries() -> list[dict[str, Any]]:
-    """The BLAS libraries found, with their threading as threadpoolctl reports it."""
-    found = _discover_libraries()  # loads them, so that threadpoolctl sees them
+    """The BLAS libraries in use, with their threading as threadpoolctl reports it."""
+    found = _discover_libraries()
     try:
         from threadpoolctl import threadpool_info
 
@@ -270,70 +305,136 @@ _rates: dict[tuple[str, str], float] = {}
 _RATE_LOCK = threading.Lock()
 
 
+def _library(entry: GemmEntry) -> str:
+    """What entries of one library share (its CBLAS and Fortran symbols run the same code)."""
+    return entry.path or entry.source
+
+
 def rate_gflops(entry: GemmEntry, *, budget_s: float = 0.05) -> float:
     """Measured GFLOP/s of ``entry``'s library for its dtype over ``RATE_SHAPES`` (cached per process).
 
-    Entry points of one library (its CBLAS and Fortran symbols) run the same code, so they share
-    one measurement. Each shape gets a warm-up call and then up to 3 timed calls (the best
-    counts) until it has spent its share of ``budget_s``: a loaded machine makes the number
-    lower, not the measurement longer.
+    Entry points of one library share one measurement. Each shape gets a warm-up call and then up
+    to 3 timed calls (the best counts) until it has spent its share of ``budget_s``: a loaded
+    machine makes the number lower, not the measurement longer.
     """
-    key = (entry.path or entry.source, entry.dtype)
+    key = (_library(entry), entry.dtype)
     with _RATE_LOCK:
         cached = _rates.get(key)
-        if cached is not None:
-            return cached
-        rng = np.random.default_rng(0)
-        flops = seconds = 0.0
-        share = budget_s / len(RATE_SHAPES)
-        for m, n, k in RATE_SHAPES:
-            a = rng.standard_normal((m, k)).astype(entry.dtype)
-            b = rng.standard_normal((k, n)).astype(entry.dtype)
-            out = np.zeros((m, n), entry.dtype)
-            t_start = time.perf_counter()
-            entry.gemm(a, b, out)  # warm up (threads, caches)
-            best = float("inf")
-            for _ in range(3):
-                t0 = time.perf_counter()
-                entry.gemm(a, b, out)
-                t1 = time.perf_counter()
-                best = min(best, t1 - t0)
-                if t1 - t_start > share:
-                    break
-            flops += 2.0 * m * n * k
-            seconds += best
-        rate = flops / seconds / 1e9
-        _rates[key] = rate
-        return rate
+        if cached is None:
+            cached = _rates[key] = _measure(entry, budget_s)
+        return cached
+
+
+def _measure(entry: GemmEntry, budget_s: float) -> float:
+    rng = np.random.default_rng(0)
+    flops = seconds = 0.0
+    share = budget_s / len(RATE_SHAPES)
+    for m, n, k in RATE_SHAPES:
+        a = rng.standard_normal((m, k)).astype(entry.dtype)
+        b = rng.standard_normal((k, n)).astype(entry.dtype)
+        out = np.zeros((m, n), entry.dtype)
+        t_start = time.perf_counter()
+        entry.gemm(a, b, out)  # warm up (threads, caches)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            entry.gemm(a, b, out)
+            t1 = time.perf_counter()
+            best = min(best, t1 - t0)
+            if t1 - t_start > share:
+                break
+        flops += 2.0 * m * n * k
+        seconds += best
+    return flops / seconds / 1e9
+
+
+def _quiet_rates(entries: dict[str, GemmEntry]) -> dict[str, float]:
+    """GFLOP/s per library, measured in ``QUIET_ROUNDS`` rounds that alternate between the libraries.
+
+    A busy machine only ever makes a run slower, so each library's best round counts, and a stall
+    that hits one library's only turn cannot decide the comparison. The results are kept as each
+    library's ``rate_gflops``.
+    """
+    best = dict.fromkeys(entries, 0.0)
+    for _ in range(QUIET_ROUNDS):
+        for library, entry in entries.items():
+            best[library] = max(best[library], _measure(entry, budget_s=0.02))
+    with _RATE_LOCK:
+        for library, entry in entries.items():
+            _rates[(library, entry.dtype)] = best[library]
+    return best
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The GEMM entry used for one dtype, and why (the capability DB records it)."""
+
+    dtype: str
+    entry: GemmEntry | None
+    reason: str
+    rates: dict[str, float] = field(default_factory=dict)  # GFLOP/s per library, when measured to choose
+
+    def describe(self) -> dict[str, Any]:
+        return {"entry": self.entry.name if self.entry else None,
+                "library": self.entry.path if self.entry else None, "reason": self.reason,
+                "measured_gflops": {lib: round(rate, 1) for lib, rate in self.rates.items()}}
+
+
+_choices: dict[str, tuple[int, Choice]] = {}
+_CHOICE_LOCK = threading.Lock()
+
+
+def choice(dtype: str) -> Choice:
+    """The entry to use for ``dtype`` and why, decided once per process (again if scipy's capsules appear).
+
+    numpy's own BLAS is kept unless another loaded library is more than ``SWITCH_MARGIN`` faster on
+    a quiet measurement; with a single library loaded nothing is measured. Within the chosen
+    library the CBLAS entry is used.
+    """
+    entries = discover()
+    cached = _choices.get(dtype)
+    if cached is not None and cached[0] == len(entries):
+        return cached[1]
+    with _CHOICE_LOCK:
+        cached = _choices.get(dtype)
+        if cached is None or cached[0] != len(entries):
+            cached = _choices[dtype] = (len(entries), _choose(dtype, entries))
+        return cached[1]
+
+
+def _choose(dtype: str, entries: list[GemmEntry]) -> Choice:
+    libraries: dict[str, list[GemmEntry]] = {}
+    for e in entries:
+        if e.dtype == dtype:
+            libraries.setdefault(_library(e), []).append(e)
+    if not libraries:
+        return Choice(dtype, None, f"no {dtype} GEMM in any loaded BLAS library")
+    home = next((lib for lib, es in libraries.items() if es[0].source == "numpy"), None)
+    if len(libraries) == 1:
+        only = next(iter(libraries.values()))
+        why = "numpy's own BLAS, the only one loaded" if home else f"the only BLAS loaded ({only[0].source})"
+        return Choice(dtype, _cblas_first(only), why)
+    rates = _quiet_rates({lib: es[0] for lib, es in libraries.items()})
+    fastest = max(rates, key=rates.__getitem__)
+    margin = f"{(SWITCH_MARGIN - 1) * 100:.0f} %"
+    if home is None:
+        pick, why = fastest, f"the fastest of {len(rates)} loaded libraries (numpy's own BLAS was not found)"
+    elif fastest != home and rates[fastest] > rates[home] * SWITCH_MARGIN:
+        pick, why = fastest, (f"{rates[fastest]:.0f} GFLOP/s against numpy's own {rates[home]:.0f}: "
+                              f"more than {margin} faster")
+    else:
+        pick, why = home, (f"numpy's own BLAS ({rates[home]:.0f} GFLOP/s): no other loaded library is more "
+                           f"than {margin} faster (a second BLAS's threads would fight numpy's)")
+    return Choice(dtype, _cblas_first(libraries[pick]), why, rates)
+
+
+def _cblas_first(entries: list[GemmEntry]) -> GemmEntry:
+    return next((e for e in entries if e.abi == "cblas"), entries[0])
 
 
 def best_gemm(dtype: str) -> GemmEntry | None:
-    """The entry to use for ``dtype``, by measurement (once per process); None if none was found.
-
-    numpy's own OpenBLAS is preferred unless another library is more than ``SWITCH_MARGIN``
-    faster: a second OpenBLAS brings a second thread pool whose busy-waiting threads fight
-    numpy's for the same cores. Within the chosen library the CBLAS entry is used.
-    """
-    entries = discover()
-    cached = _best.get(dtype)
-    if cached is not None and cached[0] == len(entries):
-        return cached[1]
-    candidates = [e for e in entries if e.dtype == dtype]
-    pick = None
-    if candidates:
-        rated = [(rate_gflops(e), e) for e in candidates]
-        home = [(rate, e) for rate, e in rated if e.source == "numpy"]
-        top = max(rate for rate, _ in rated)
-        if home and home[0][0] * SWITCH_MARGIN >= top:
-            rated = home
-        library = max(rated, key=lambda pair: pair[0])[1].path
-        same = [e for _, e in rated if e.path == library]
-        pick = next((e for e in same if e.abi == "cblas"), same[0])
-    _best[dtype] = (len(entries), pick)
-    return pick
-
-
-_best: dict[str, tuple[int, GemmEntry | None]] = {}
+    """The entry to use for ``dtype`` (see ``choice``); None if no loaded library has one."""
+    return choice(dtype).entry
 
 
 def best_sgemm() -> GemmEntry | None:
@@ -344,10 +445,26 @@ def best_dgemm() -> GemmEntry | None:
     return best_gemm("float64")
 
 
+def identity() -> dict[str, Any]:
+    """The loaded BLAS libraries — file, build configuration, pool size — without measuring anything.
+
+    Calibrated rates are only valid for the same libraries, so this is part of the key of the
+    on-disk capability DB.
+    """
+    out = []
+    for source, path, _ in _discover_libraries():
+        lib = _loaded(path)
+        out.append({"source": source, "file": os.path.basename(os.path.realpath(path)),
+                    "config": _config_of(lib) if lib is not None else "",
+                    "threads": _threads_of(lib) if lib is not None else None})
+    return {"libraries": out}
+
+
 def report() -> dict[str, Any]:
-    """JSON-able summary: libraries with threading, every entry with its measured rate, the picks."""
+    """JSON-able summary: libraries with threading, every entry with its measured rate, the choices."""
     entries = discover()
-    best = {dtype: getattr(best_gemm(dtype), "name", "none found") for dtype in ("float32", "float64")}
+    choices = {dtype: choice(dtype) for dtype in ("float32", "float64")}
     return {"libraries": libraries(),
             "entries": [{**e.describe(), "gflops": round(rate_gflops(e), 1)} for e in entries],
-            "best": best}
+            "best": {dtype: c.entry.name if c.entry else "none found" for dtype, c in choices.items()},
+            "choice": {dtype: c.describe() for dtype, c in choices.items()}}

@@ -1,9 +1,11 @@
 """Facts about this machine for the capability database: CPU, cores, caches, BLAS, measured speeds.
 
 Everything is measured or read once per process and returned as plain JSON-able dicts. Reading
-is cheap (sysfs, llvmlite); the measurements — sgemm rate per entry point (``blas.rate_gflops``)
-and memory bandwidth (a numpy copy and triad over arrays larger than the last-level cache) —
-take a fraction of a second together, so callers ask only when they need them.
+is cheap (sysfs, llvmlite); the full measurements — sgemm rate per BLAS library
+(``blas.rate_gflops``) and memory bandwidth (a numpy copy and triad over arrays larger than the
+last-level cache) — take up to a second or two on a busy machine. The scheduler therefore takes its
+yardsticks from ``quick_rates`` (a few milliseconds) and measures the bandwidth off the execution
+thread.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from . import blas
 from .llvm import binding, target_identity
 
 _SYS_CPU = Path("/sys/devices/system/cpu")
+# (M, N, K) of the quick GEMM: below OpenBLAS's threading threshold, so one core runs it and a busy
+# machine cannot stall it on a descheduled helper thread (tens of ms instead of tens of µs).
+QUICK_GEMM = (48, 64, 64)
+QUICK_COPY_BYTES = 8 << 20
 
 
 @functools.cache
@@ -83,6 +89,29 @@ def memory_bandwidth() -> dict[str, float]:
     copy = best(lambda: np.copyto(a, b), 2 * 8 * n)
     triad = best(lambda: (np.multiply(c, 3.0, out=a), np.add(a, b, out=a)), 5 * 8 * n)
     return {"copy_gbs": copy, "triad_gbs": triad, "array_mib": round(8 * n / 2**20)}
+
+
+@functools.cache
+def quick_rates() -> dict[str, float]:
+    """A first sgemm rate and memory bandwidth in a few milliseconds, for the scheduler's first decisions.
+
+    One small float32 GEMM (``QUICK_GEMM``, single-threaded: below peak, but never stalled by
+    BLAS threads) through numpy and one copy of ``QUICK_COPY_BYTES``, each the best of 3 timed
+    runs after a warm-up. The copy may partly stay in a large last-level cache, so its bandwidth
+    errs high; ``memory_bandwidth`` and ``blas.rate_gflops`` measure both properly.
+    """
+    m, n, k = QUICK_GEMM
+    a, b = np.ones((m, k), np.float32), np.ones((k, n), np.float32)
+    out = np.empty((m, n), np.float32)
+    gemm = lambda: np.matmul(a, b, out=out)  # noqa: E731
+    src = np.ones(QUICK_COPY_BYTES // 8)
+    dst = np.empty_like(src)
+    copy = lambda: np.copyto(dst, src)  # noqa: E731
+    gemm(), copy()
+    gemm_s = min(_timed(gemm) for _ in range(3))
+    copy_s = min(_timed(copy) for _ in range(3))
+    return {"sgemm_gflops": round(2.0 * m * n * k / gemm_s / 1e9, 1),
+            "bandwidth_gbps": round(2 * QUICK_COPY_BYTES / copy_s / 1e9, 1)}
 
 
 def _timed(fn) -> float:

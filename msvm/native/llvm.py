@@ -7,9 +7,11 @@ a kernel variant compiling on the execution thread take turns (a compile costs 1
 For crash isolation (an LLVM abort must not kill the user's kernel) compile in the worker
 process (``msvm.native.worker``) and bring the object code back with ``load_object``.
 
-Code is optimised with the new pass manager at O3, loop and SLP vectorisation on, for the host
-CPU and its features (``target_identity()`` names them; it belongs in every cache key of
-compiled code).
+Code is optimised with the new pass manager (O3 by default; callers may pick a cheaper level and
+drop the unroller — the JIT does), loop and SLP vectorisation on, for the host CPU and its features
+(``target_identity()`` names them; it belongs in every cache key of compiled code). One host
+``TargetMachine`` is made at initialisation and serves every optimisation and object emission;
+MCJIT engines, which take ownership of theirs, get fresh ones.
 """
 
 from __future__ import annotations
@@ -38,11 +40,16 @@ class _Host:
     triple: str
     cpu: str
     features: str
+    machine: Any  # the host TargetMachine that optimises and emits objects (used under LLVM_LOCK)
 
     def target_machine(self, opt: int = 3) -> Any:
-        target = self.llvm.Target.from_triple(self.triple)
-        return target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
-                                            reloc="default", codemodel="jitdefault", jit=True)
+        return _target_machine(self.llvm, self.triple, self.cpu, self.features, opt)
+
+
+def _target_machine(llvm: Any, triple: str, cpu: str, features: str, opt: int = 3) -> Any:
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(cpu=cpu, features=features, opt=opt, reloc="default",
+                                        codemodel="jitdefault", jit=True)
 
 
 def _init() -> _Host:
@@ -56,8 +63,9 @@ def _init() -> _Host:
                 llvm.initialize_native_target()
                 llvm.initialize_native_asmprinter()
                 llvm.initialize_native_asmparser()
-                _host = _Host(llvm, llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                              llvm.get_host_cpu_features().flatten())
+                triple, cpu = llvm.get_process_triple(), llvm.get_host_cpu_name()
+                features = llvm.get_host_cpu_features().flatten()
+                _host = _Host(llvm, triple, cpu, features, _target_machine(llvm, triple, cpu, features))
     return _host
 
 
@@ -151,7 +159,7 @@ class NativeLibrary:
         return f"<NativeLibrary {self.name} {self.times.total_ms:.1f} ms>"
 
 
-def _parse_and_optimize(ir: str, name: str, times: CompileTimes, opt_level: int) -> Any:
+def _parse_and_optimize(ir: str, name: str, times: CompileTimes, opt_level: int, unroll: bool = True) -> Any:
     host = _init()
     llvm = host.llvm
     t0 = time.perf_counter()
@@ -159,14 +167,13 @@ def _parse_and_optimize(ir: str, name: str, times: CompileTimes, opt_level: int)
     module.name = name
     module.verify()
     t1 = time.perf_counter()
-    tm = host.target_machine()
     module.triple = host.triple
-    module.data_layout = str(tm.target_data)
+    module.data_layout = str(host.machine.target_data)
     pto = llvm.PipelineTuningOptions(speed_level=opt_level)
     pto.loop_vectorization = opt_level >= 2
     pto.slp_vectorization = opt_level >= 2
-    pto.loop_unrolling = opt_level >= 2
-    pb = llvm.create_pass_builder(tm, pto)
+    pto.loop_unrolling = opt_level >= 2 and unroll
+    pb = llvm.create_pass_builder(host.machine, pto)
     pb.getModulePassManager().run(module, pb)
     t2 = time.perf_counter()
     times.parse_ms = (t1 - t0) * 1e3
@@ -191,22 +198,25 @@ def compile_ir(ir: str, name: str = "module", *, opt_level: int = 3) -> NativeLi
                          module=module)
 
 
-def build_object(ir: str, name: str = "module", *, opt_level: int = 3, with_asm: bool = True) -> ObjectBuild:
-    """Compile ``ir`` to a relocatable object file for the host (plus optimised IR and assembly)."""
+def build_object(ir: str, name: str = "module", *, opt_level: int = 3, unroll: bool = True,
+                 with_asm: bool = True, with_ir: bool = True) -> ObjectBuild:
+    """Compile ``ir`` to a relocatable object file for the host (plus, when asked, the optimised IR
+    and the assembly: printing them costs as much as a small kernel's compile, so the JIT asks only
+    when someone looks). ``unroll=False`` skips the loop unroller (the vectoriser still interleaves)."""
     times = CompileTimes()
     with LLVM_LOCK:
-        module = _parse_and_optimize(ir, name, times, opt_level)
+        module = _parse_and_optimize(ir, name, times, opt_level, unroll)
         t0 = time.perf_counter()
-        tm = target_machine()
-        obj = tm.emit_object(module)
-        asm = tm.emit_assembly(module) if with_asm else ""
+        machine = _init().machine
+        obj = machine.emit_object(module)
+        asm = machine.emit_assembly(module) if with_asm else ""
         times.codegen_ms = (time.perf_counter() - t0) * 1e3
-        return ObjectBuild(bytes(obj), str(module), asm, times)
+        return ObjectBuild(bytes(obj), str(module) if with_ir else "", asm, times)
 
 
 def emit_object(ir: str, name: str = "module") -> bytes:
     """Object code for ``ir`` (optimised at O3 for the host), to load with ``load_object``."""
-    return build_object(ir, name, with_asm=False).object_code
+    return build_object(ir, name, with_asm=False, with_ir=False).object_code
 
 
 def load_object(obj: bytes, name: str = "object", *, llvm_ir: str = "", optimized_ir: str = "",

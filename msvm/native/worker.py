@@ -1,17 +1,18 @@
 """The compile worker: LLVM compiles in a separate process, so a crash or hang never takes the user's down.
 
-The worker (``python -m msvm.native.worker``, started with ``subprocess`` — never ``fork``, since
-the parent has threads and LLVM state) reads requests on stdin and answers on stdout. A message is
-a frame: two big-endian u32 lengths (JSON header, raw payload), the UTF-8 JSON header, then the
-payload. Nothing is pickled. A compile request carries the IR text as payload; the answer carries
-the object code, optimised IR and assembly back to back (their lengths in the header), or an
-error text.
+The worker (a Python process that imports only this module and ``llvm``, started with
+``subprocess`` — never ``fork``, since the parent has threads and LLVM state) reads requests on
+stdin and answers on stdout. A message is a frame: two big-endian u32 lengths (JSON header, raw
+payload), the UTF-8 JSON header, then the payload. Nothing is pickled. A compile request carries the
+IR text as payload; the answer carries the object code, optimised IR and assembly back to back
+(their lengths in the header; the last two only when asked for), or an error text.
 
-``CompileWorker`` is the parent's client: started lazily, thread-safe (one request at a time),
-and self-healing — when the worker dies (``crashed``, with its signal or exit code) or overruns
-its timeout (``timed_out``: it is killed), the result says so and the next request starts a
-fresh worker. Requests can inject faults for tests: ``inject="crash"`` (``os.abort()``),
-``"hang"`` (sleeps forever) or ``"error"`` (raises inside the worker).
+``CompileWorker`` is the parent's client: started lazily (or early and in the background by
+``prestart``), thread-safe (one request at a time), and self-healing — when the worker dies
+(``crashed``, with its signal or exit code) or overruns its timeout (``timed_out``: it is killed),
+the result says so and the next request starts a fresh worker. Requests can inject faults for
+tests: ``inject="crash"`` (``os.abort()``), ``"hang"`` (sleeps forever) or ``"error"`` (raises
+inside the worker).
 """
 
 from __future__ import annotations
@@ -106,12 +107,28 @@ class CompileWorker:
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
 
+    def prestart(self) -> None:
+        """Start the worker process on a background thread now, so the first ``compile`` finds it ready
+        (starting one costs about half a second); a start that fails is retried by ``compile``."""
+        threading.Thread(target=self._start_quietly, name="msvm-worker-start", daemon=True).start()
+
+    def _start_quietly(self) -> None:
+        with self._lock:
+            try:
+                self._ensure_started()
+            except (OSError, RuntimeError):
+                self._stop(graceful=False)
+
     def compile(self, ir: str, timeout_s: float = 60.0, *, name: str = "module", opt_level: int = 3,
-                with_asm: bool = True, inject: str | None = None) -> WorkerResult:
-        """Compile ``ir`` to host object code in the worker (waits at most ``timeout_s``)."""
+                unroll: bool = True, with_asm: bool = True, with_ir: bool = True,
+                inject: str | None = None) -> WorkerResult:
+        """Compile ``ir`` to host object code in the worker (waits at most ``timeout_s``) like
+        ``llvm.build_object``; the optimised IR and the assembly come back unless ``with_ir``/``with_asm``
+        say no."""
         if inject is not None and inject not in INJECTIONS:
             raise ValueError(f"inject must be one of {INJECTIONS}, got {inject!r}")
-        header = {"op": "compile", "name": name, "opt_level": opt_level, "asm": with_asm, "inject": inject}
+        header = {"op": "compile", "name": name, "opt_level": opt_level, "unroll": unroll, "asm": with_asm,
+                  "ir": with_ir, "inject": inject}
         t0 = time.perf_counter()
         with self._lock:
             result = self._request(header, ir.encode(), timeout_s)
@@ -129,13 +146,10 @@ class CompileWorker:
         if self._proc is not None and self._proc.poll() is None:
             return
         self._stop()
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (lives as long as the process)
-        self._proc = subprocess.Popen([self._python, "-m", "msvm.native.worker"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._stderr, env=env,
-                                      close_fds=True)
+        package = str(Path(__file__).resolve().parents[1])
+        self._proc = subprocess.Popen([self._python, "-c", _BOOTSTRAP, package], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._stderr, close_fds=True)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, CompileWorker._kill, self._proc)
         self.starts += 1
@@ -292,7 +306,9 @@ def _serve(inp: BinaryIO, out: BinaryIO) -> None:
                 raise RuntimeError("injected error")
             build = llvm.build_object(payload.decode(), header.get("name", "module"),
                                       opt_level=int(header.get("opt_level", 3)),
-                                      with_asm=bool(header.get("asm", True)))
+                                      unroll=bool(header.get("unroll", True)),
+                                      with_asm=bool(header.get("asm", True)),
+                                      with_ir=bool(header.get("ir", True)))
         except Exception as exc:  # any failure is an answer, not a crash
             write_frame(out, {**reply, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
             continue
@@ -301,8 +317,23 @@ def _serve(inp: BinaryIO, out: BinaryIO) -> None:
                           "times": build.times.as_dict()}, build.object_code + ir_bytes + asm_bytes)
 
 
+# How the parent starts a worker (``python -c _BOOTSTRAP <path of msvm>``): the packages ``msvm`` and
+# ``msvm.native`` are entered as bare namespaces, so the worker imports llvmlite and this module only —
+# not ``msvm/__init__``, which loads the whole VM and would double the worker's start-up time.
+_BOOTSTRAP = """
+import sys, types
+for name, path in (("msvm", sys.argv[1]), ("msvm.native", sys.argv[1] + "/native")):
+    package = types.ModuleType(name)
+    package.__path__ = [path]
+    sys.modules[name] = package
+from msvm.native.worker import main
+main()
+"""
+
+
 def main() -> None:
-    """Entry point of ``python -m msvm.native.worker``: the protocol owns the real stdout."""
+    """Entry point of a worker process (also ``python -m msvm.native.worker``): the protocol owns the
+    real stdout."""
     protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints cannot corrupt the stream
     _serve(sys.stdin.buffer, protocol_out)

@@ -7,12 +7,13 @@ Measurements are serialised (two at once on a 2-core machine would disturb each 
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from .background import checkpoint
 
 REPEATS = 3  # timed runs after one warm-up; the median is kept
 BUDGET_S = 0.25  # stop repeating a candidate once its runs took this long
@@ -30,14 +31,24 @@ _WINNERS: dict[tuple, Tuned] = {}
 _LOCK = threading.Lock()
 
 
+def median(samples: Sequence[float]) -> float:
+    """The median (``statistics`` is not imported for this: it drags in ``decimal`` and ``fractions``)."""
+    ordered = sorted(samples)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def time_kernel(run: Callable[[], Any], repeats: int = REPEATS, budget_s: float = BUDGET_S,
-                statistic: Callable[[Sequence[float]], float] = statistics.median, warmup: int = 1) -> float:
+                statistic: Callable[[Sequence[float]], float] = median, warmup: int = 1) -> float:
     """Median (or ``statistic``) seconds of ``run()`` after ``warmup`` calls (first touch, lazy
-    compiles, BLAS threads waking up)."""
+    compiles, BLAS threads waking up). In the background calibrator every run is a ``checkpoint``
+    (the process may be exiting)."""
     for _ in range(warmup):
+        checkpoint()
         run()
     samples: list[float] = []
     for _ in range(repeats):
+        checkpoint()
         t0 = time.perf_counter()
         run()
         samples.append(time.perf_counter() - t0)

@@ -8,19 +8,24 @@ bandwidth (triad) of the device. ``rate`` and ``overhead`` are per variant:
 
 * prior (before calibration): a share of the measured sgemm rate by kind — "blas" 1.0, "native"
   0.5, "numpy" 0.15 — plus a fixed per-call cost by kind.
-* calibrated (at the op's first cost decision, a few seconds, once per process): every variant
-  that applies runs on the op's calibration cases (typical small-CNN and MLP layers,
-  ``CALIBRATION`` below; best of 5 runs, since a busy machine only ever makes runs slower), and
-  ``overhead`` and ``rate`` are fitted by non-negative least squares on relative error. The fit
-  and its points go into the capability DB (``capability_db()["devices"]["cpu"]["cost_model"]``),
-  where a patch can override them.
+* calibrated (seconds per op, once per host: requested at the op's first cost decision, measured
+  on the background thread — ``background`` — and kept in the on-disk cache — ``persist`` — so a
+  later process starts with it): every variant that applies runs on the op's calibration cases
+  (typical small-CNN and MLP layers and elementwise sizes, ``CALIBRATION`` below; best of 5 runs,
+  since a busy machine only ever makes runs slower), and ``overhead`` and ``rate`` are fitted by
+  non-negative least squares on relative error. The fit and its points go into the capability DB
+  (``capability_db()["devices"]["cpu"]["cost_model"]``), where a patch can override them.
 
 ``gemm_efficiency`` applies to kernels that run a BLAS GEMM (kinds "blas" and "numpy": the numpy
 references of conv2d/matmul/linear are GEMMs too): a GEMM with a small M, N or K runs far below
 peak (here M = 16 reaches ~65 %, K = 9 ~35 %), so each dim contributes ``d / (d + d½)``. The
-three half-efficiency sizes are measured once per process on numpy's sgemm (about 0.2 s, a dozen
-GEMMs) and kept in the capability DB. For conv2d the GEMM is the im2col one: M = C_out/groups,
+three half-efficiency sizes are measured on numpy's sgemm (about 0.2 s on an idle machine, a dozen
+GEMMs) before the first calibration and kept in the capability DB; until then defaults stand in
+(``capability.DEFAULT_GEMM_HALF``). For conv2d the GEMM is the im2col one: M = C_out/groups,
 K = C_in/groups·KH·KW, N = OH·OW.
+
+An elementwise op's "flops" are its elements (``Variant.flops`` of the kernels in
+``msvm.kernels.elementwise``): its rates are elements per second, fitted like any other.
 
 The reason shown to users names the estimate of the pick and of the runner-up.
 """
@@ -75,7 +80,14 @@ CALIBRATION: dict[str, list[tuple[Shapes, dict[str, Any]]]] = {
         (((96, 768), (768, 768), (768,)), {}),
     ],
 }
+# Elementwise ops: from a few vectors to a tensor well beyond the last-level cache.
+_ELEMENTWISE_SIZES = (((16, 16),), ((64, 128),), ((256, 512),), ((1024, 1024),))
+CALIBRATION.update({op: [(shapes, {}) for shapes in _ELEMENTWISE_SIZES]
+                    for op in ("exp", "log", "tanh", "sigmoid", "silu")})
+CALIBRATION["gelu"] = [(shapes, {"approximate": approximate}) for shapes in _ELEMENTWISE_SIZES
+                       for approximate in ("none", "tanh")]
 
+POSITIVE_INPUTS = frozenset({"log"})  # ops calibrated on positive inputs (representative, no NaN warnings)
 GEMM_KINDS = ("blas", "numpy")
 # (M, N, K) of the GEMMs timed to measure the efficiency curve: one sweep per dim from a large base.
 _GEMM_BASE = (128, 1024, 288)
@@ -160,7 +172,7 @@ def gemm_efficiency(device: str, op: str, kind: str, shapes: Shapes, attrs: Mapp
     dims = gemm_dims(op, shapes, attrs, flops) if kind in GEMM_KINDS else None
     if dims is None:
         return 1.0
-    half = DB.gemm_half(device) or measure_gemm_curve(device)
+    half = DB.gemm_half(device)
     eff = 1.0
     for d, h in zip(dims, (half["m"], half["n"], half["k"])):
         eff *= d / (d + h) if d > 0 else 1.0
@@ -199,14 +211,22 @@ def measure_gemm_curve(device: str) -> dict[str, float]:
             estimates.append(max(0.0, d * (peak / rates[tuple(mnk)] - 1.0)))
         half[dim] = min(float(np.median(estimates)), _MAX_HALF)
     DB.record_gemm_curve(device, half)
-    return DB.gemm_half(device) or half
+    return DB.gemm_half(device)
 
 
 # -- calibration ----------------------------------------------------------------------------------
 
 
+def prepare_host(device: str) -> None:
+    """Take what calibration builds on, unless known: the full host rates and the GEMM curve."""
+    if DB.host_rates()["source"] == "quick":
+        DB.measure_host_rates()
+    if not DB.has_gemm_curve(device):
+        measure_gemm_curve(device)
+
+
 def ensure_calibrated(device: str, op: str) -> None:
-    """Calibrate ``op``'s variants on ``device`` once per process (a no-op when already done)."""
+    """Calibrate ``op``'s variants on ``device`` now, unless done (in this process or on disk)."""
     if DB.is_calibrated(device, op):
         return
     with _locks_lock:
@@ -232,6 +252,8 @@ def calibrate(device: str, op: str) -> dict[str, Rates]:
     for shapes, attrs in CALIBRATION.get(op, []):
         full = REGISTRY[op].check_attrs(attrs)
         arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        if op in POSITIVE_INPUTS:
+            arrays = [np.abs(a) + np.float32(0.5) for a in arrays]
         for variant in candidates:
             if variant is not None and ("float32" not in variant.dtypes or not variant.when(shapes, full)):
                 continue
@@ -244,7 +266,7 @@ def calibrate(device: str, op: str) -> dict[str, Rates]:
     bandwidth = DB.bandwidth_gbps(device)
     fitted = {name: fit_rates(pts, bandwidth, DB.kind_rates(device, kinds[name]))
               for name, pts in points.items()}
-    DB.record_calibration(device, op, fitted, points)
+    DB.record_calibration(device, op, fitted, points, measured=True)
     return fitted
 
 
@@ -253,11 +275,17 @@ def _name(variant: Variant | None) -> str:
 
 
 def calibrate_all(device: str = "cpu") -> None:
-    """Calibrate every op that has variants on ``device`` (e.g. before dumping the capability DB)."""
+    """Calibrate now every op with variants on ``device`` that is not calibrated yet, and save the
+    results to the on-disk cache (e.g. before dumping the capability DB)."""
+    from .persist import save_db
+
     load_variants()
-    for op in sorted(VARIANTS):
-        if variants_on(op, device):
+    ops = [op for op in sorted(VARIANTS) if variants_on(op, device) and not DB.is_calibrated(device, op)]
+    if ops:
+        prepare_host(device)
+        for op in ops:
             ensure_calibrated(device, op)
+        save_db()
 
 
 def _bound(kernel: Callable[..., Any], arrays: Sequence[np.ndarray],

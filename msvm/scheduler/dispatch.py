@@ -10,7 +10,12 @@ exact input shapes up in a dict (one lookup on the steady path) and, for a new s
   the last candidate;
 * a patch's ``force`` rule wins when its variant applies; one candidate is "only variant";
 * policy "cost" ranks candidates by the cost model, "autotune" by measurement (remembered
-  process-wide).
+  process-wide). The cost model never makes a call wait for calibration: an op it has no
+  calibrated rates for is decided on priors and queued for the background calibrator, and every
+  site decides again once the capability DB changes.
+
+The kernel variants (``msvm.kernels``) are imported when the first site of an op that has some is
+bound (``variants.KERNEL_OPS``), so programs without such ops never pay for that import.
 
 On a device where nothing can run an op (the reference kernels are host code), the call falls
 back to the reference with one warning per op and device, or raises ``KernelNotFoundError`` when
@@ -39,13 +44,14 @@ from ..ops.registry import InferContext, OpDef, TensorType
 from ..runtime.mempool import POOL
 from ..shapes import ShapeSpec
 from . import autotune, cost
+from .background import CALIBRATOR
 from .capability import (
     DB,
     REFERENCE,
     REFERENCE_DEVICE,
     REFERENCE_KIND,
     devices_with_variants,
-    load_variants,
+    load_variants_for,
     variant_names,
 )
 from .variants import Variant, variants_for
@@ -104,7 +110,7 @@ def bind_site(
     address: int | None = None,
 ) -> Binding:
     """Bind one OP_CALL site (see the module docstring for the rules)."""
-    load_variants()
+    load_variants_for(op.name)
     device = device or CONTEXT.device
     dtypes = {t.dtype for t in in_types if isinstance(t, TensorType)}
     dtype = next(iter(dtypes)) if len(dtypes) == 1 else ",".join(sorted(dtypes))
@@ -183,11 +189,15 @@ def _exact_ufunc(op: OpDef) -> np.ufunc | None:
 
 
 def _pool_outputs(op: OpDef, out_types: Sequence, has_variants: bool) -> bool:
-    """Whether a site's single output may come from the pool: reuse is on, some kernel there can take
-    ``out=``, and the statically known part of the output's size already reaches the threshold."""
+    """Whether a site's single output may come from the pool: reuse is on and some kernel there can
+    take ``out=``. A site with variants has a dispatcher anyway, which checks each concrete size;
+    a site without one gets a dispatcher only for this when the statically known part of the output
+    already reaches the threshold (a dispatcher costs every call a lookup)."""
     if not CONTEXT.enable_mem_reuse or len(out_types) != 1 or not isinstance(out_types[0], TensorType):
         return False
-    if not has_variants and _exact_ufunc(op) is None:
+    if has_variants:
+        return True
+    if _exact_ufunc(op) is None:
         return False
     out = out_types[0]
     known = prod(d.value for d in out.shape if d.is_const)
@@ -316,12 +326,18 @@ class Dispatcher:
 
     def _cheapest(self, candidates: Sequence[Variant | None], shapes: tuple, attrs: dict[str, Any],
                   note: str) -> tuple[Variant | None, str]:
-        cost.ensure_calibrated(self.device, self.op.name)
+        if not DB.is_calibrated(self.device, self.op.name):
+            CALIBRATOR.request(self.device, self.op.name)  # never waited for: decide from what is known
         ranked = cost.rank([cost.estimate(self.device, self.op.name, c, shapes, attrs) for c in candidates])
         best, runner_up = ranked[0], ranked[1]
         pick = next(c for c in candidates if _name(c) == best.name)
+        prior = ""
+        if best.rates.source == "prior":
+            prior = " (prior rates: calibrating in the background)"
+            if not CALIBRATOR.enabled:
+                prior = " (prior rates)"
         reason = (f"cost: {cost.fmt_seconds(best.seconds)} est vs {cost.fmt_seconds(runner_up.seconds)} "
-                  f"{runner_up.name}{note}")
+                  f"{runner_up.name}{note}{prior}")
         return pick, reason
 
     def _autotuned(self, candidates: Sequence[Variant | None], shapes: tuple, attrs: dict[str, Any],
@@ -344,7 +360,7 @@ class Dispatcher:
                 attrs: dict[str, Any]) -> Choice:
         kernel = self._kernel(variant)
         out_kernel = self._out_kernel(variant, kernel)
-        if out_kernel is not None:
+        if out_kernel is not None and _may_reach_pool_size(self.op, arrays):
             out = _output_type(self.op, arrays, attrs)
             if out is not None and prod(out[0]) * out[1].itemsize >= POOLED_OUTPUT_MIN_BYTES:
                 kernel = _with_pooled_out(out_kernel, *out)
@@ -386,6 +402,13 @@ def _applies(variant: Variant, shapes: tuple, attrs: Mapping[str, Any]) -> bool:
         return bool(variant.when(shapes, attrs))
     except Exception:  # a predicate that cannot judge these shapes does not claim them
         return False
+
+
+def _may_reach_pool_size(op: OpDef, arrays: Sequence[np.ndarray]) -> bool:
+    """False when the output is certainly too small to pool, without the op's shape function: a
+    unary elementwise op's output has its input's elements, at most 8 bytes each (small tensors
+    are the common case, and a shape function costs tens of µs per decision)."""
+    return "unary" not in op.traits or arrays[0].size * 8 >= POOLED_OUTPUT_MIN_BYTES
 
 
 def _output_type(op: OpDef, arrays: Sequence[np.ndarray],

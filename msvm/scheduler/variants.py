@@ -43,6 +43,12 @@ class Variant:
 
 VARIANTS: dict[str, list[Variant]] = {}
 
+# The ops ``msvm.kernels`` registers variants for. Importing that package costs tens of milliseconds
+# (llvmlite's IR builder and every kernel generator), so the scheduler imports it only when one of
+# these ops is bound: a program without them never pays for it. Tests check this set against what
+# the package registers.
+KERNEL_OPS = frozenset({"conv2d", "matmul", "linear", "exp", "log", "tanh", "sigmoid", "silu", "gelu"})
+
 
 def register_variant(variant: Variant) -> Variant:
     existing = VARIANTS.setdefault(variant.op, [])

@@ -9,7 +9,7 @@ import pytest
 
 import msvm.kernels
 from msvm.kernels import conv_depthwise, conv_gemm, conv_nchwc, conv_winograd, packing
-from msvm.kernels.conv_common import conv_geometry
+from msvm.kernels.conv_common import Epilogue, conv_geometry
 from msvm.ops.registry import get_op
 from msvm.scheduler.variants import variants_for
 
@@ -115,17 +115,35 @@ def test_fused_relu_epilogues() -> None:
     x, weight, b, attrs = _inputs(CASES[2], "float32")
     geo = conv_geometry(_shapes(x, weight, b), attrs)
     ref = np.maximum(CONV.kernel(x, weight, b, **attrs), 0)
-    _check(conv_nchwc.conv2d_nchwc(x, weight, b, geo, relu=True), ref, "float32")
     entry = msvm.native.blas.best_sgemm()
     _check(conv_gemm.conv2d_gemm(x, weight, b, geo, entry, relu=True), ref, "float32")
-    x, weight, b, attrs = _inputs(CASES[11], "float32")
-    geo = conv_geometry(_shapes(x, weight, b), attrs)
-    ref = np.maximum(CONV.kernel(x, weight, b, **attrs), 0)
-    _check(conv_depthwise.conv2d_depthwise(x, weight, b, geo, relu=True), ref, "float32")
     x, weight, b, attrs = _inputs(CASES[3], "float32")
     geo = conv_geometry(_shapes(x, weight, b), attrs)
     ref = np.maximum(CONV.kernel(x, weight, b, **attrs), 0)
     _check(conv_winograd.conv2d_winograd(x, weight, b, geo, entry, relu=True), ref, "float32")
+
+
+EPILOGUES = [Epilogue(relu=True), Epilogue(residual=True), Epilogue(residual=True, relu_out=True),
+             Epilogue(relu=True, residual=True, relu_out=True)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("epilogue", EPILOGUES, ids=str)
+@pytest.mark.parametrize("case", [CASES[i] for i in (0, 1, 2, 4, 7, 10, 11, 12, 13)], ids=str)
+def test_direct_kernels_fuse_their_epilogue(case, epilogue: Epilogue, dtype: str) -> None:
+    """bias → ReLU → + residual → ReLU in the tile pass, as the JIT asks for it."""
+    x, weight, b, attrs = _inputs(case, dtype)
+    geo = conv_geometry(_shapes(x, weight, b), attrs)
+    y = CONV.kernel(x, weight, b, **attrs)
+    residual = np.random.default_rng(1).standard_normal(y.shape).astype(dtype) if epilogue.residual else None
+    if epilogue.relu:
+        y = np.maximum(y, 0)
+    if residual is not None:
+        y = y + residual
+    if epilogue.relu_out:
+        y = np.maximum(y, 0)
+    direct = conv_depthwise.conv2d_depthwise if conv_depthwise.is_depthwise(geo) else conv_nchwc.conv2d_nchwc
+    _check(direct(x, weight, b, geo, epilogue=epilogue, residual=residual), y, dtype)
 
 
 def test_packed_weights_are_cached_only_for_constants() -> None:

@@ -1,22 +1,27 @@
-"""The native thread pool: chunked work is done exactly once, whatever the number of threads."""
+"""The job pool: chunked work is done exactly once, whatever the number of threads and callers."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
 from llvmlite import ir
 
-from msvm.kernels.native import COUNTER, PTR, counter, native_function, ptr
-from msvm.kernels.native import I64 as C_I64
-from msvm.kernels.threads import NativePool
-from msvm.native.irhelpers import I64, VOID, define, for_each_chunk, for_range, gep, i64
+from msvm.kernels.native import Frame, native_library
+from msvm.kernels.threads import JobPool
+from msvm.native.irhelpers import I64, for_each_chunk, for_range, gep, i64
+
+FRAME = Frame(
+    ("hits", "items", "chunk", "counter", "threads"), pointers=("hits",), zeroed=("counter", "threads")
+)
 
 
-def _count_ir() -> str:
-    """touch(hits, counter, items, chunk): hits[i] += 1 for every item i, chunk-scheduled."""
+def _touch_ir() -> str:
+    """The job touch(frame): hits[i] += 1 for every item i, chunk-scheduled; counts the threads it ran on."""
     module = ir.Module("touch")
-    args = [("hits", I64.as_pointer()), ("counter", I64.as_pointer()), ("items", I64), ("chunk", I64)]
-    _, b, a = define(module, "touch", VOID, args)
+    b, a = FRAME.define(module, "touch", I64.as_pointer())
+    b.atomic_rmw("add", a["threads"], i64(1), "monotonic")
     with (for_each_chunk(b, a["counter"], a["items"], a["chunk"]) as (start, stop),
           for_range(b, start, stop) as i):
         slot = gep(b, a["hits"], i)
@@ -25,19 +30,50 @@ def _count_ir() -> str:
     return str(module)
 
 
+def _touch() -> int:
+    return native_library(("test_touch",), _touch_ir).address("touch")
+
+
+def _run(pool: JobPool, items: int, chunk: int, flops: float) -> int:
+    hits = np.zeros(items, np.int64)
+    frame = FRAME.pack(hits=hits.ctypes.data, items=items, chunk=chunk)
+    pool.run(_touch(), frame, flops=flops)
+    np.testing.assert_array_equal(hits, 1)
+    return frame[FRAME.index["threads"]]
+
+
 @pytest.mark.parametrize("threads", [1, 2, 4])
 @pytest.mark.parametrize("items,chunk", [(1, 1), (1000, 7), (10_000, 64)])
 def test_every_item_once(threads: int, items: int, chunk: int) -> None:
-    fn = native_function(("test_touch",), _count_ir, "touch", [PTR, COUNTER, C_I64, C_I64])
-    pool = NativePool(threads)
-    for _ in range(20):
-        hits = np.zeros(items, np.int64)
-        used = pool.run(fn, (ptr(hits), counter(), items, chunk), flops=1e12)
-        assert 1 <= used <= threads
-        np.testing.assert_array_equal(hits, 1)
+    pool = JobPool(threads)
+    for _ in range(50):
+        assert 1 <= _run(pool, items, chunk, 1e12) <= threads
 
 
 def test_small_work_stays_on_the_calling_thread() -> None:
-    fn = native_function(("test_touch",), _count_ir, "touch", [PTR, COUNTER, C_I64, C_I64])
-    hits = np.zeros(10, np.int64)
-    assert NativePool(2).run(fn, (ptr(hits), counter(), 10, 1), flops=10) == 1
+    assert _run(JobPool(2), 10, 1, 10) == 1
+
+
+def test_concurrent_callers_share_the_pool() -> None:
+    """Callers that find the pool busy run their job alone; nothing is lost or done twice."""
+    pool = JobPool(2)
+    errors: list[BaseException] = []
+
+    def caller() -> None:
+        try:
+            for _ in range(200):
+                _run(pool, 500, 3, 1e12)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=caller) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_generated_code_gets_the_entry_point() -> None:
+    run, state = JobPool(2).entry()
+    assert run and state

@@ -1,14 +1,19 @@
-"""BLAS discovery: every ?gemm entry point agrees with numpy, rates are measured, absence is graceful."""
+"""BLAS discovery: only loaded libraries, numpy's own preferred, every entry agrees with numpy."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from msvm.native import blas
 
+ROOT = Path(__file__).resolve().parents[2]
 ENTRIES = blas.discover()
 
 
@@ -72,11 +77,72 @@ def test_rates_are_measured_once_per_library_and_best_is_consistent() -> None:
     assert blas.best_dgemm().dtype == "float64"
 
 
-def test_report_is_json_and_names_threading() -> None:
+def test_report_is_json_and_names_threading_and_the_choice() -> None:
     report = json.loads(json.dumps(blas.report()))
-    assert set(report) == {"libraries", "entries", "best"}
+    assert set(report) == {"libraries", "entries", "best", "choice"}
     for lib in report["libraries"]:
         assert {"path", "int_bits", "num_threads", "threading_layer"} <= set(lib)
+    for dtype in ("float32", "float64"):
+        assert report["choice"][dtype]["entry"] in (report["best"][dtype], None)
+        assert report["choice"][dtype]["reason"]
+
+
+def test_discovery_loads_no_library_and_uses_numpys_own() -> None:
+    """A second OpenBLAS (scipy's) would bring a second thread pool: it must not be loaded to be used."""
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("needs /proc/self/maps to see what is loaded")
+    code = """
+import json, re
+import numpy
+def blas_libraries():
+    with open("/proc/self/maps") as maps:
+        return sorted({l.split()[-1] for l in maps if re.search(r"blas", l.split()[-1])})
+before = blas_libraries()
+from msvm.native import blas
+entries = blas.discover()
+choice = blas.choice("float32")
+blas.report()
+print(json.dumps({"before": before, "after": blas_libraries(), "sources": sorted({e.source for e in entries}),
+                  "reason": choice.reason, "measured": choice.rates}))
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120, check=True)
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["after"] == found["before"]
+    if found["sources"] == ["numpy"]:
+        assert found["reason"] == "numpy's own BLAS, the only one loaded" and not found["measured"]
+
+
+def fake_entry(source: str, path: str) -> blas.GemmEntry:
+    return blas.GemmEntry(f"{source}:sgemm", source, path, "cblas_sgemm", "float32", "cblas", 32, 1)
+
+
+@pytest.mark.parametrize("other_gflops, picked", [(110.0, "numpy"), (114.0, "numpy"), (120.0, "scipy")])
+def test_numpys_blas_is_kept_unless_another_is_clearly_faster(monkeypatch, other_gflops, picked) -> None:
+    rates = {"/numpy.so": 100.0, "/scipy.so": other_gflops}
+    monkeypatch.setattr(blas, "_quiet_rates", lambda entries: {lib: rates[lib] for lib in entries})
+    choice = blas._choose("float32", [fake_entry("numpy", "/numpy.so"), fake_entry("scipy", "/scipy.so")])
+    assert choice.entry.source == picked and choice.rates == rates
+    kept = "numpy's own BLAS (100 GFLOP/s): no other loaded library is more than 15 % faster"
+    assert choice.reason.startswith(kept) == (picked == "numpy")
+
+
+def test_a_single_library_is_chosen_without_measuring(monkeypatch) -> None:
+    def measure(entries):
+        raise AssertionError("nothing to compare: no measurement")
+
+    monkeypatch.setattr(blas, "_quiet_rates", measure)
+    choice = blas._choose("float32", [fake_entry("numpy", "/numpy.so")])
+    assert choice.entry.path == "/numpy.so" and choice.reason == "numpy's own BLAS, the only one loaded"
+    assert blas._choose("float64", [fake_entry("numpy", "/numpy.so")]).entry is None
+
+
+def test_identity_names_the_loaded_libraries_without_measuring() -> None:
+    identity = json.loads(json.dumps(blas.identity()))
+    assert [lib["source"] for lib in identity["libraries"]] == [s for s, _, _ in blas._discover_libraries()]
+    for lib in identity["libraries"]:
+        assert lib["file"] and isinstance(lib["config"], str)
 
 
 def test_scipy_capsules_when_scipy_linalg_is_loaded() -> None:

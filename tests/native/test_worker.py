@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from native_samples import SAXPY, run_saxpy
 
-from msvm.native.worker import CompileWorker, read_frame, write_frame
+from msvm.native import worker as worker_module
+from msvm.native.worker import _BOOTSTRAP, CompileWorker, read_frame, write_frame
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +96,26 @@ def test_a_worker_that_cannot_start_is_a_result() -> None:
     result = w.compile(SAXPY, 5)
     assert not result.ok and result.crashed
     w.close()
+
+
+def test_prestart_starts_it_in_the_background() -> None:
+    w = CompileWorker()
+    w.prestart()
+    result = w.compile(SAXPY, 60)  # waits for the start in flight, does not start a second one
+    assert result.ok and w.starts == 1
+    w.close()
+
+
+def test_listings_only_when_asked(worker: CompileWorker) -> None:
+    result = worker.compile(SAXPY, 60, opt_level=2, unroll=False, with_asm=False, with_ir=False)
+    assert result.ok and result.object_code[:4] == b"\x7fELF"
+    assert result.asm == "" and result.optimized_ir == ""
+    run_saxpy(result.load("bare", llvm_ir=SAXPY))
+
+
+def test_worker_process_imports_neither_the_vm_nor_numpy() -> None:
+    loaded = "print(sorted(m for m in sys.modules if m.startswith(('msvm', 'numpy'))))"
+    probe = _BOOTSTRAP.replace("main()", loaded)
+    out = subprocess.run([sys.executable, "-c", probe, str(Path(worker_module.__file__).parents[1])],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['msvm', 'msvm.native', 'msvm.native.llvm', 'msvm.native.worker']"

@@ -168,3 +168,16 @@ def test_two_threads_share_pooled_sites_safely():
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_ms_vm_memory_stats_reports_the_interpreters_pool():
+    import msvm as ms
+
+    POOL.reset_stats()
+    before = ms.vm.memory_stats()["in_use_bytes"]
+    kept = POOL.empty((256, 256), np.float32)  # 256 KiB lent out
+    stats = ms.vm.memory_stats()
+    assert stats == memory_stats() and stats["in_use_bytes"] - before == kept.nbytes
+    assert stats["allocations"] == 1
+    assert set(stats) == {"in_use_bytes", "peak_in_use_bytes", "held_bytes", "peak_held_bytes", "idle_bytes",
+                          "allocations", "reuses", "releases", "dropped", "fragmentation"}

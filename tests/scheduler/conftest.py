@@ -8,14 +8,18 @@ import pytest
 from scheduler_helpers import SETTINGS, Counting
 
 from msvm.context import CONTEXT, set_context
-from msvm.scheduler import reset_capability_db, reset_dispatch_state
+from msvm.scheduler import CALIBRATOR, reset_capability_db, reset_dispatch_state
 from msvm.scheduler.capability import load_variants
 from msvm.scheduler.variants import VARIANTS
 
 
 @pytest.fixture(autouse=True)
-def clean_scheduler():
-    """Every test starts with no patches, no calibration, no remembered decisions, default settings."""
+def clean_scheduler(tmp_path, monkeypatch):
+    """Every test starts with no patches, no calibration, no remembered decisions, default settings,
+    an empty on-disk cache of its own and no background calibration (it would run the fake variants
+    and change decisions under the test's feet; tests that want it switch it on)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(CALIBRATOR, "enabled", False)
     load_variants()  # real variants registered before any test replaces an op's list
     saved = {k: getattr(CONTEXT, k) for k in SETTINGS}
     reset_capability_db()

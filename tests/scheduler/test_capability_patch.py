@@ -124,3 +124,17 @@ def test_patch_file_that_is_not_json(tmp_path):
     file.write_text("{devices: ")
     with pytest.raises(CapabilityPatchError, match="not valid JSON"):
         load_capability_patch(file)
+
+
+def test_ms_vm_entry_points(tmp_path):
+    import msvm as ms
+
+    normalised = ms.vm.load_capability_patch(mm({"forbid": ["small"]}))
+    assert normalised["devices"]["cpu"]["ops"]["matmul"]["forbid"] == ["small"]
+    assert DB.rules("cpu", "matmul").forbid == frozenset({"small"})
+    doc = json.loads(ms.vm.dump_capability_db(tmp_path / "caps.json", calibrate=False).read_text())
+    assert doc["schema"] == "msvm-capability-db" and doc["patches"] == [normalised]
+    assert {"cache_file", "cache", "background", "calibrating", "queued", "errors"} <= set(doc["calibration"])
+    assert doc["devices"]["cpu"]["host"]["blas"]["choice"]["float32"]["reason"]
+    assert all(ms.vm.__dict__[name].__doc__ for name in ("dump_capability_db", "load_capability_patch",
+                                                         "memory_stats", "jit_info"))

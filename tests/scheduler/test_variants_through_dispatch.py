@@ -101,6 +101,29 @@ def test_linear_variant_agrees_with_reference(name, case):
     np.testing.assert_allclose(out, REGISTRY["linear"].kernel(*args), rtol=1e-4, atol=1e-4)
 
 
+UNARY_CASES = [("exp", {}), ("log", {}), ("tanh", {}), ("sigmoid", {}), ("silu", {}),
+               ("gelu", {"approximate": "none"}), ("gelu", {"approximate": "tanh"})]
+UNARY_IDS = [f"{op}-{a['approximate']}" if a else op for op, a in UNARY_CASES]
+
+
+def unary_program(op, shape, dtype, attrs):
+    mb = ModuleBuilder(op)
+    f = mb.function("f", ["x"])
+    f.ret(f.call(op, [f.tensor_input(0, list(shape), dtype)], attrs))
+    return Program(mb.build(), INTERPRETED).function("f")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op, attrs", UNARY_CASES, ids=UNARY_IDS)
+def test_unary_variant_agrees_with_reference(op, attrs, dtype):
+    shape = (3, 64, 65)  # above every size floor
+    x = np.abs(rand(*shape, dtype=dtype)) + 0.1 if op == "log" else rand(*shape, dtype=dtype) * 3
+    out = run_forced(op, "simd", unary_program(op, shape, dtype, attrs), (x,), (shape,), attrs)
+    expected = REGISTRY[op].kernel(x, **REGISTRY[op].check_attrs(attrs))
+    assert out.dtype == expected.dtype
+    np.testing.assert_allclose(out, expected, rtol=2e-6 if dtype == "float32" else 1e-13, atol=1e-6)
+
+
 @pytest.mark.parametrize("policy", ["cost", "autotune"])
 def test_free_choice_agrees_with_reference(policy):
     from msvm.context import set_context

@@ -1,0 +1,159 @@
+"""The capability DB's on-disk cache: what calibration measured on this host, kept across processes.
+
+Why: calibrating the cost model takes seconds, a notebook's kernel restarts often, and the numbers
+depend only on the machine, its BLAS and msvm. So there is one JSON file per host identity —
+``msvm.native.llvm.target_identity()`` (triple, CPU, features, LLVM), the loaded BLAS libraries
+(``blas.identity()``: file, build, pool size) and the msvm version — in ``$XDG_CACHE_HOME/msvm``
+(``~/.cache/msvm`` when it is unset). The identity is stored in the file too and compared on load;
+a file that does not parse, does not validate or belongs to another identity is ignored, and the
+next save replaces it. JSON only, validated field by field: loading a cache file cannot run code.
+Saves are atomic (a temporary file renamed over the old one); a read-only cache directory only
+means that the next process calibrates again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "msvm-capability-cache"
+VERSION = 1
+
+
+def cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/msvm``, or ``~/.cache/msvm`` (read at every call: tests point it elsewhere)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "msvm"
+
+
+def identity() -> dict[str, Any]:
+    """What calibrated rates are valid for: the code generator's target, the BLAS libraries, msvm."""
+    from .. import __version__
+    from ..native import blas
+    from ..native.llvm import target_identity
+
+    return {"msvm": __version__, "target": target_identity(), "blas": blas.identity()}
+
+
+def cache_file(key: Mapping[str, Any] | None = None) -> Path:
+    """This host's cache file: ``capability-<digest of the identity>.json`` in ``cache_dir()``."""
+    key = identity() if key is None else key
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / f"capability-{digest}.json"
+
+
+def load() -> tuple[dict[str, Any] | None, str]:
+    """(this host's validated snapshot or None, what happened — for the capability document)."""
+    key = identity()
+    path = cache_file(key)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, f"none yet ({path})"
+    except OSError as exc:
+        return None, f"unreadable ({exc})"
+    try:
+        snapshot = validated(json.loads(text), key)
+    except (ValueError, TypeError) as exc:
+        return None, f"ignored {path}: {exc}"
+    return snapshot, f"loaded from {path}"
+
+
+def save(snapshot: Mapping[str, Any]) -> str:
+    """Write ``CapabilityDB.snapshot()`` for this host atomically; returns what happened."""
+    key = identity()
+    path = cache_file(key)
+    doc = {"schema": SCHEMA, "version": VERSION, "identity": key,
+           "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **snapshot}
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(doc, out, indent=1)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return f"not saved ({exc})"
+    return f"saved to {path}"
+
+
+def save_db() -> None:
+    """Save the process-wide capability DB (after calibration), noting the outcome in it."""
+    from .capability import DB
+
+    DB.cache_state = save(DB.snapshot())
+
+
+# -- validation -------------------------------------------------------------------------------------
+
+
+def validated(doc: Any, key: Mapping[str, Any]) -> dict[str, Any]:
+    """The snapshot in ``doc`` with every number checked; ValueError/TypeError names what is wrong."""
+    _require(isinstance(doc, dict), "not a JSON object")
+    _require(doc.get("schema") == SCHEMA and doc.get("version") == VERSION,
+             f"not a {SCHEMA} file of version {VERSION}")
+    _require(doc.get("identity") == dict(key), "written for another host, BLAS or msvm version")
+    rates = doc.get("host_rates")
+    host_rates = None
+    if rates is not None:
+        host_rates = {k: _number(_dict(rates, "host_rates").get(k), f"host_rates.{k}", positive=True)
+                      for k in ("sgemm_gflops", "bandwidth_gbps")}
+    devices = {}
+    for name, entry in _dict(doc.get("devices", {}), "devices").items():
+        where = f"devices.{name}"
+        _dict(entry, where)
+        curve = entry.get("gemm_curve")
+        if curve is not None:
+            curve = {k: _number(_dict(curve, f"{where}.gemm_curve").get(k), f"{where}.gemm_curve.{k}")
+                     for k in ("m", "n", "k")}
+        ops = {op: _op(calibration, f"{where}.ops.{op}")
+               for op, calibration in _dict(entry.get("ops", {}), f"{where}.ops").items()}
+        devices[str(name)] = {"gemm_curve": curve, "ops": ops}
+    return {"host_rates": host_rates, "devices": devices}
+
+
+def _op(calibration: Any, where: str) -> dict[str, Any]:
+    _dict(calibration, where)
+    variants = calibration.get("variants")
+    _require(isinstance(variants, list) and all(isinstance(v, str) for v in variants),
+             f"{where}.variants is not a list of names")
+    rates = {}
+    for name, r in _dict(calibration.get("rates", {}), f"{where}.rates").items():
+        _dict(r, f"{where}.rates.{name}")
+        rates[name] = {"rate_gflops": _number(r.get("rate_gflops"), f"{where}.rates.{name}.rate_gflops",
+                                              positive=True),
+                       "overhead_us": _number(r.get("overhead_us"), f"{where}.rates.{name}.overhead_us")}
+    points = {}
+    for name, pts in _dict(calibration.get("points", {}), f"{where}.points").items():
+        _require(isinstance(pts, list) and all(isinstance(p, list) and len(p) == 3 for p in pts),
+                 f"{where}.points.{name} is not a list of [flops, bytes, seconds]")
+        points[name] = [[_number(v, f"{where}.points.{name}") for v in p] for p in pts]
+    return {"variants": variants, "rates": rates, "points": points}
+
+
+def _dict(value: Any, where: str) -> dict[str, Any]:
+    _require(isinstance(value, dict), f"{where} is not an object")
+    return value
+
+
+def _number(value: Any, where: str, *, positive: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    _require(ok and (value > 0 if positive else value >= 0),
+             f"{where} is not a {'positive' if positive else 'non-negative'} number")
+    return float(value)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)

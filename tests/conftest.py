@@ -1,0 +1,14 @@
+"""Suite-wide setup: msvm's on-disk caches live in a temporary directory for the whole test session.
+
+The scheduler persists its calibration under ``$XDG_CACHE_HOME/msvm``; tests must neither read a
+developer's cache nor leave made-up calibrations behind. Set before msvm is imported anywhere, so
+subprocesses (notebook kernels, the CLI, cold-start probes) inherit it too.
+"""
+
+import os
+import tempfile
+
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="msvm-test-cache-")
+# Background calibration would compete with the suite for the 2 cores; tests that exercise it
+# switch it on explicitly.
+os.environ.setdefault("MSVM_BACKGROUND_CALIBRATION", "0")
