@@ -5,14 +5,18 @@ every region entry — the shapes of its inputs whose shapes vary (``r0.shape``)
 run-time scalars — a tuple built without a single Python call, so a hit costs one tuple and one dict
 lookup. The *cache key* is what an entry is compiled for: the run-time key itself in ``exact`` mode,
 the bucket of every shape symbol in ``bucket`` mode, and in ``adaptive`` mode exact keys until a
-region's exact entries would pass a budget, then buckets it learns from the values it has seen.
+region has seen more distinct keys than its budget of exact entries (``jit_adaptive_budget``), then
+buckets it learns from the values it has seen.
 
 Bucket rules: with boundaries ``b0 < b1 < …`` a value ``v`` belongs to bucket ``(b[i-1], b[i]]``
 (the first is ``[1, b0]``) and the entry's code is generic in that symbol, bounded by ``b[i]``. A value
 above the last boundary, or 0, is *pinned*: the entry is exact in that symbol (it still counts
-against the budgets). ``bucket`` mode without boundaries and ``adaptive`` mode use power-of-two
-buckets, which have no last boundary. Adaptive mode buckets only the symbols that have taken more
-than one value; the others stay exact.
+against the budgets). ``bucket`` mode without boundaries uses power-of-two buckets, which have no
+last boundary. Adaptive mode buckets only the symbols that have taken more than one value (the others
+stay exact), in power-of-four buckets: ``(4, 16]``, ``(16, 64]``, ``(64, 256]``. Why so wide: the code
+of a bucket entry is generic in the bucketed dims, so a wider bucket costs only arena bytes (sized for
+its upper bound), while every extra bucket costs a compile — and a stream of many distinct sizes
+is paid for in compiles: lengths spread over [16, 256] need three entries, not five.
 
 When a region's or the whole cache's entry budget (``ms.set_context(jit_cache_region_entries=…,
 jit_cache_entries=…)``) is reached, existing entries keep serving and new keys simply run
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import statistics
 import threading
 import time
 import weakref
@@ -160,13 +165,21 @@ def region_digest(region: Region, io: RegionIO, info: FunctionInfo, module: Modu
 Bucket = tuple[int, int]  # (lo, hi): a value in lo..hi; hi bounds the generated code
 
 
-def bucket_of(value: int, boundaries: Sequence[int] | None) -> Bucket | None:
-    """The bucket holding ``value``; None when it is pinned (0, or above the last boundary)."""
+ADAPTIVE_GROWTH = 4  # adaptive buckets: (4, 16], (16, 64], … (see the module docstring)
+
+
+def bucket_of(value: int, boundaries: Sequence[int] | None, growth: int = 2) -> Bucket | None:
+    """The bucket holding ``value``; None when it is pinned (0, or above the last boundary).
+
+    Without boundaries the buckets are the powers of ``growth``: ``(growth**(k-1), growth**k]``.
+    """
     if value <= 0:
         return None
-    if boundaries is None:  # powers of two
-        hi = 1 << (value - 1).bit_length()
-        return (hi // 2 + 1 if hi > 1 else 1, hi)
+    if boundaries is None:
+        hi = 1
+        while hi < value:
+            hi *= growth
+        return (hi // growth + 1 if hi > 1 else 1, hi)
     i = bisect.bisect_left(boundaries, value)
     if i == len(boundaries):
         return None
@@ -184,10 +197,16 @@ class CachePolicy:
         self.boundaries = settings.bucket_boundaries
         self.learned: dict[str, tuple[int, ...]] | None = None  # adaptive: symbol -> boundaries it chose
         self.observed: dict[str, set[int]] = {s: set() for s in plan.symbols}
+        self.distinct: set[tuple] = set()  # adaptive, before learning: the run-time keys seen
 
     @property
     def bucketing(self) -> bool:
         return self.mode == "bucket" or self.learned is not None
+
+    @property
+    def learning(self) -> bool:
+        """Adaptive mode that has not chosen its buckets yet."""
+        return self.mode == "adaptive" and self.learned is None
 
     def cache_key(self, key: tuple) -> tuple:
         if not self.bucketing:
@@ -203,7 +222,9 @@ class CachePolicy:
     def _bucket(self, symbol: str, value: int) -> Bucket | None:
         if self.mode == "bucket":
             return bucket_of(value, self.boundaries)
-        return bucket_of(value, None) if self.learned is not None and symbol in self.learned else None
+        if self.learned is not None and symbol in self.learned:
+            return bucket_of(value, None, ADAPTIVE_GROWTH)
+        return None
 
     def symbols_of(self, cache_key: tuple, key: tuple) -> dict[str, int | Bucket]:
         """symbol -> value (pinned) or (lo, hi) (bucketed) for an entry."""
@@ -211,22 +232,28 @@ class CachePolicy:
             return dict(zip(self.plan.symbols, cache_key[1:]))
         return dict(self.plan.values(key))
 
-    def observe(self, key: tuple) -> None:
-        """Adaptive mode: remember the values each symbol took (bounded)."""
-        for symbol, v in self.plan.values(key).items():
-            seen = self.observed[symbol]
-            if len(seen) < 4096:
-                seen.add(v)
+    def observe(self, key: tuple, budget: int) -> bool:
+        """Adaptive mode: remember the values each symbol took; True once the region has seen more
+        distinct keys than ``budget`` — exact entries for all of them would pass it: time to learn."""
+        if key not in self.distinct:
+            self.distinct.add(key)
+            for symbol, v in self.plan.values(key).items():
+                self.observed[symbol].add(v)
+        return len(self.distinct) > budget
 
     def learn(self) -> dict[str, tuple[int, ...]]:
-        """Adaptive mode: choose power-of-two buckets for the symbols that took several values."""
+        """Adaptive mode: bucket the symbols that took several values; returns the upper bounds of the
+        buckets the values seen so far fall in, per symbol (values seen later get their bucket too)."""
         learned = {}
         for symbol, seen in self.observed.items():
-            if len(seen) > 1 and max(seen) > 0:
-                lo = max(1, min(v for v in seen if v > 0))
-                first, last = (lo - 1).bit_length(), (max(seen) - 1).bit_length()
-                learned[symbol] = tuple(1 << p for p in range(first, last + 1))
+            positive = [v for v in seen if v > 0]
+            if len(seen) > 1 and positive:
+                bounds, last = [_upper(min(positive))], _upper(max(positive))
+                while bounds[-1] < last:
+                    bounds.append(bounds[-1] * ADAPTIVE_GROWTH)
+                learned[symbol] = tuple(bounds)
         self.learned = learned
+        self.distinct.clear()
         return learned
 
     def parameters(self, cache_key: tuple, key: tuple
@@ -249,12 +276,26 @@ class CachePolicy:
         return "_".join(parts)
 
 
+def _upper(value: int) -> int:
+    """The upper bound of an adaptive bucket holding ``value`` (> 0)."""
+    bucket = bucket_of(value, None, ADAPTIVE_GROWTH)
+    assert bucket is not None
+    return bucket[1]
+
+
 # -- entries ---------------------------------------------------------------------------------------------
+
+STATUSES = ("queued", "compiling", "compiled", "fallback", "demoted")
 
 
 @dataclass(eq=False)
 class Entry:
-    """One cache entry: a region compiled (or being compiled, or failed) for one cache key."""
+    """One cache entry: a region compiled (or being compiled, or failed) for one cache key.
+
+    Its status goes ``queued`` → ``compiling`` → ``compiled`` or ``fallback`` (the compile failed);
+    a compiled entry whose native code proves slower than the interpreter is ``demoted``: its keys
+    run interpreted again, it is never recompiled, and it stays listed with the measured reason.
+    """
 
     name: str
     function: str
@@ -264,10 +305,10 @@ class Entry:
     cache_key: tuple
     key: tuple  # the run-time key that made it hot
     symbols: dict[str, Any]
-    reason: str  # why it was created; replaced by why it fell back
+    reason: str  # why it was created; replaced by why it fell back or was demoted
     owner: Any = field(repr=False)  # the region runtime that installs it
     generation: int = 0
-    status: str = "queued"  # -> "compiling" -> "compiled" | "fallback"
+    status: str = "queued"  # one of STATUSES
     phase: str | None = None  # the phase compiling now
     queued_ns: int = field(default_factory=time.perf_counter_ns)
     created: float = field(default_factory=time.time)
@@ -281,8 +322,11 @@ class Entry:
     compiled: Any = field(default=None, repr=False)  # the code generator's CompiledRegion
     launcher: Any = field(default=None, repr=False)  # what the jump table holds once compiled
     module: Module | None = field(default=None, repr=False)  # the region function it was compiled from
+    timed: Any = field(default=None, repr=False)  # a launcher that times every run (for judging)
     hits: list[int] = field(default_factory=lambda: [0])  # a cell the hit launcher bumps
-    native: list[int] = field(default_factory=lambda: [0, 0])  # sampled native runs: count, total ns
+    native: dict[tuple, list[int]] = field(default_factory=dict)  # run-time key -> sampled native runs, ns
+    judging: tuple | None = None  # the run-time key whose interpreted and native runs alternate now
+    judged: bool = False  # compared with the interpreter and kept
 
     @property
     def hit_count(self) -> int:
@@ -301,8 +345,8 @@ class Entry:
         return self.compiled.disassemble(kind)
 
     def native_ms(self) -> float | None:
-        n, total = self.native
-        return total / n / 1e6 if n else None
+        """Median sampled native time."""
+        return median_ms([t for runs in list(self.native.values()) for t in runs])
 
     def as_dict(self, interp_ms: float | None = None) -> dict:
         native = self.native_ms()
@@ -375,9 +419,16 @@ class EntryRegistry:
 
 CACHE = EntryRegistry()
 
+
+def median_ms(runs: Sequence[int]) -> float | None:
+    """The median of ``runs`` (ns) in ms; None without runs."""
+    return statistics.median(runs) / 1e6 if runs else None
+
 __all__ = [
+    "ADAPTIVE_GROWTH",
     "CACHE",
     "DISASSEMBLY_KINDS",
+    "STATUSES",
     "CachePolicy",
     "Entry",
     "EntryRegistry",
@@ -385,6 +436,7 @@ __all__ = [
     "KeyPlan",
     "Slot",
     "bucket_of",
+    "median_ms",
     "plan_keys",
     "region_digest",
 ]

@@ -405,6 +405,7 @@ class ScdAnalysis:
     regions: list[Region]
     splits: list[Split]
     specialised: list[dict] = field(default_factory=list)  # plain-int parameters folded into this version
+    verdicts: list[str] = field(default_factory=list)  # what the JIT decided at run time (too small, demoted)
 
     def as_dict(self) -> dict:
         return {
@@ -415,6 +416,7 @@ class ScdAnalysis:
             "regions": [r.as_dict() for r in self.regions],
             "splits": [s.as_dict() for s in self.splits],
             "specialised": list(self.specialised),
+            "verdicts": list(self.verdicts),
         }
 
     def text(self) -> str:
@@ -450,6 +452,9 @@ class ScdAnalysis:
                          f"{verdict}: "
                          f"{why}")
         lines += [f"  {s}" for s in self.splits]
+        if self.verdicts:
+            lines.append("at run time:")
+            lines += [f"  {v}" for v in self.verdicts]
         if causes:
             lines.append("causes of unanchored dims:")
             lines += [f"  [{n}] {cause}" for cause, n in causes.items()]
@@ -471,7 +476,22 @@ def analyze_executable(exe: Any, args: Sequence[Any] | None = None, *, can_lower
                                    hot_threshold=settings.hot_threshold,
                                    can_lower=can_lower or default_can_lower())
     return ScdAnalysis(exe.name, settings.scd_threshold, settings.hot_threshold, list(tensors.values()),
-                       regions, splits, list(specialised))
+                       regions, splits, list(specialised), run_time_verdicts(exe))
+
+
+def run_time_verdicts(exe: Any) -> list[str]:
+    """Why regions of ``exe`` that did run are not native: keys too small to compile, demoted entries."""
+    from .cache import CACHE
+
+    verdicts: list[tuple[int, str]] = []
+    for rt in CACHE.regions():
+        if rt.exe_name != exe.name or rt.info is not exe.info:
+            continue
+        with rt.lock:
+            verdicts += [(rt.region.id, reason) for reason in rt.too_small.values()]
+            verdicts += [(rt.region.id, f"{e.name} demoted: {e.reason}") for e in rt.entries
+                         if e.status == "demoted"]
+    return [f"region {region}: {text}" for region, text in sorted(verdicts, key=lambda v: v[0])]
 
 
 def analyze(target: Any, *args: Any) -> ScdAnalysis:
@@ -520,4 +540,5 @@ __all__ = [
     "form_regions",
     "param_names",
     "region_io",
+    "run_time_verdicts",
 ]

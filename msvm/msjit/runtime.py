@@ -12,7 +12,7 @@ hot, and serves bucket entries to new keys of a compiled bucket. The generated c
     jf3 = J3.get(jk3) or MISS3(jk3)   # launcher, or None (interpret and time it), or False
     if jf3:
         try:
-            r5, r9 = jf3(r0, r1)      # native code; then constants, detached scalar lines, deletions
+            r5, r9 = jf3(jk3, r0, r1) # native code; then constants, detached scalar lines, deletions
         except REGION_MISS:
             jf3 = GUARD3(jk3)         # refused: run interpreted
     if not jf3:
@@ -28,33 +28,64 @@ CPython 3.11 until something is raised), the call runs interpreted — which rep
 error — and a key refused three times stays interpreted.
 Regions that can never compile (no op call, SCD below the threshold) get no dispatch at all, so a
 function without compilable regions runs exactly the code the interpreter generated before the JIT.
+
+The JIT must never make a region slower (``POLICY``). Native code costs a launch (checking and
+allocating in Python, a ctypes call): a region whose interpreted run is already below that overhead,
+measured once by the compiler (``COMPILER.launch_overhead_ns``), is not compiled ("too small"). And
+each compiled entry is compared with the interpreter at one run-time key, once it has a few native runs
+there: native code faster than the interpreted runs seen before it was installed is kept; otherwise
+that key alternates between interpreted and native runs until both have a few fresh ones, and when
+the fastest native run is still slower by more than ``_DEMOTE_MARGIN`` the entry is *demoted*: its
+keys go back to the interpreter, it is never recompiled, and ``jit_info`` keeps it with the two times
+as reason. Fastest runs, because noise only ever adds time (a cold first call, a compile running
+alongside); alternating, because a busy machine slows both alike then, so load alone cannot demote.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..context import CONTEXT, on_change
 from ..errors import JitError, ShapeError
 from ..observe.trace import TRACE, TraceEvent
-from .cache import CACHE, CachePolicy, Entry, JitSettings, KeyPlan, plan_keys, region_digest
+from .cache import CACHE, CachePolicy, Entry, JitSettings, KeyPlan, median_ms, plan_keys, region_digest
 from .compiler import COMPILER
 from .regions import Region, RegionIO, build_function, def_use, default_can_lower, form_regions, region_io
 from .scd import analyze_tensors
-from .stats import EVENTS
+from .stats import EVENTS, format_ns
 
 GUARD_CODE = "E-SHAPE-GUARD"
 _MAX_TABLE = 4096  # run-time keys per jump table (bucket entries serve many)
 _MAX_KEYS = 64  # run-time keys remembered per cache key
-_SAMPLE_EVERY = 32  # native runs: time the first and every 32nd
+_EARLY_SAMPLES = 16  # native runs: time the first 16 of an entry (to judge it), then every 32nd
+_SAMPLE_EVERY = 32
 _GUARD_LIMIT = 3  # native refusals of a run-time key before it stays interpreted
-_INTERP_SAMPLES = 8  # interpreted runs timed per run-time key (for the amortisation account)
+_INTERP_SAMPLES = 8  # interpreted runs timed per run-time key (amortisation account, judging)
+_NATIVE_SAMPLES = 8  # native runs kept per run-time key
+_JUDGE_RUNS = 3  # runs of each kind at a key before native and interpreted times are compared
+_DEMOTE_MARGIN = 1.1  # native slower than this × interpreted: demoted
+
+
+@dataclass
+class Policy:
+    """What keeps the JIT from making a region slower (see the module docstring); both on by default.
+
+    Switching them off shows the native code's own speed (and keeps tests about the compile trigger
+    independent of timing).
+    """
+
+    demote: bool = True  # demote entries whose native code is slower than the interpreter
+    skip_small: bool = True  # do not compile keys whose interpreted run is below the launch overhead
+
+
+POLICY = Policy()
 
 
 class GuardMiss(Exception):
@@ -92,7 +123,7 @@ class KeyState:
     count: int = 0  # interpreted runs
     entry: Entry | None = None
     keys: set[tuple] = field(default_factory=set)  # run-time keys mapping here (bounded)
-    rejected: bool = False  # the cache was full when it got hot
+    rejected: bool = False  # the cache was full when it got hot, or it is too small to compile
     guard_fails: dict[tuple, int] = field(default_factory=dict)  # run-time key -> native calls refused
     blocked: set[tuple] = field(default_factory=set)  # run-time keys that stay interpreted
 
@@ -112,11 +143,12 @@ class RegionRuntime:
         self.table: dict[tuple, Callable] = {}  # the jump table the generated code reads
         self.lock = threading.Lock()
         self.states: dict[tuple, KeyState] = {}
-        self.samples: dict[tuple, list[int]] = {}  # run-time key -> interpreted runs, total ns
+        self.samples: dict[tuple, list[int]] = {}  # run-time key -> interpreted runs, ns
         self.entries: list[Entry] = []
         self.misses = 0
         self.generation = 0
         self.full_reported = False
+        self.too_small: dict[tuple, str] = {}  # cache key -> why it is not compiled (bounded)
         CACHE.track(self)
 
     @functools.cached_property
@@ -134,9 +166,13 @@ class RegionRuntime:
         if not CONTEXT.jit_enabled:
             return False
         with self.lock:
+            if self.policy.learning and self.policy.observe(key, CONTEXT.jit_adaptive_budget):
+                self._learn()
             cache_key, state = self._state(key)
             entry = state.entry
             if entry is not None and entry.status == "compiled" and key not in state.blocked:
+                if entry.judging == key:
+                    return self._judge(entry, key)
                 self._remember(key, entry.launcher)
                 return entry.launcher
             if entry is not None and entry.error is not None:
@@ -147,23 +183,20 @@ class RegionRuntime:
                 state.keys.add(key)
             if entry is None and not state.rejected:
                 state.count += 1
-                if self.settings.cache_mode == "adaptive" and self.policy.learned is None:
-                    self.policy.observe(key)
                 if state.count >= self.settings.hot_threshold:
                     self._create(cache_key, state, key)
             sample = self.samples.get(key)
-            return None if sample is None or sample[0] < _INTERP_SAMPLES else False
+            return None if sample is None or len(sample) < _INTERP_SAMPLES else False
 
     def done(self, key: tuple, t0: int) -> None:
-        """An interpreted run of the region ended: keep its time for the amortisation account."""
+        """An interpreted run of the region ended: keep its time (amortisation account, judging)."""
         dt = time.perf_counter_ns() - t0
         sample = self.samples.get(key)
         if sample is None:
             if len(self.samples) >= _MAX_TABLE:
                 self.samples.clear()
-            sample = self.samples[key] = [0, 0]
-        sample[0] += 1
-        sample[1] += dt
+            sample = self.samples[key] = []
+        sample.append(dt)
 
     def guard(self, key: tuple) -> bool:
         """The native code refused ``key`` (a failed guard): this call runs interpreted, and after
@@ -183,6 +216,23 @@ class RegionRuntime:
         TRACE.record(TraceEvent(self.exe_name, self.region.start, "REGION", launcher.entry.name, "native", t0,
                                 t1 - t0, threading.get_ident(), "jit", None))
 
+    def sampled(self, entry: Entry, key: tuple, ns: int) -> None:
+        """A timed native run of ``entry`` at ``key`` (the launcher times some): keep it, and once the
+        key has ``_JUDGE_RUNS`` of them, judge the entry (see the module docstring)."""
+        with self.lock:
+            if entry.status != "compiled":
+                return
+            runs = entry.native.get(key)
+            if runs is None:
+                if len(entry.native) >= _MAX_KEYS:
+                    return
+                runs = entry.native[key] = []
+            runs.append(ns)
+            if len(runs) > _NATIVE_SAMPLES:
+                del runs[0]
+            if POLICY.demote and not entry.judged and entry.judging is None and len(runs) >= _JUDGE_RUNS:
+                self._suspect(entry, key)
+
     # -- bookkeeping ------------------------------------------------------------------------------
     def _state(self, key: tuple) -> tuple[tuple, KeyState]:
         exact = self.states.get(key)  # an exact entry keeps serving after adaptive mode switched
@@ -201,20 +251,33 @@ class RegionRuntime:
             self.table.clear()
         self.table[key] = launcher
 
+    def _learn(self) -> None:
+        """Adaptive mode has seen more distinct keys than its budget: choose buckets, and let each
+        bucket inherit the runs its keys have had so far, so that it gets hot as if it had been there
+        from the start (lock held)."""
+        learned = self.policy.learn()
+        EVENTS.publish("buckets", None, function=self.exe_name, region=self.region.id,
+                       buckets={s: list(b) for s, b in learned.items()})
+        for key, state in list(self.states.items()):
+            if state.entry is not None or state.rejected:
+                continue
+            del self.states[key]
+            _, bucket = self._state(key)
+            bucket.count += state.count
+            bucket.keys |= set(list(state.keys)[: max(0, _MAX_KEYS - len(bucket.keys))])
+
     def _create(self, cache_key: tuple, state: KeyState, key: tuple) -> None:
         """The key is hot: create its entry and enqueue the compile (lock held)."""
         policy = self.policy
-        if self.settings.cache_mode == "adaptive" and policy.learned is None and \
-                len(self.entries) >= CONTEXT.jit_adaptive_budget:
-            learned = policy.learn()
-            EVENTS.publish("buckets", None, function=self.exe_name, region=self.region.id,
-                           buckets={s: list(b) for s, b in learned.items()})
-            cache_key, bucket_state = self._state(key)
-            bucket_state.count = max(bucket_state.count, state.count)
-            bucket_state.keys |= state.keys
-            state = bucket_state
-            if state.entry is not None:
-                return
+        small = self._too_small(state.keys | {key})
+        if small is not None:
+            state.rejected = True
+            shown = ", ".join(f"{s}={_fmt(v)}" for s, v in policy.symbols_of(cache_key, key).items())
+            reason = f"too small to compile ({shown or 'static shapes'}): {small}"
+            if len(self.too_small) < _MAX_KEYS:
+                self.too_small[cache_key] = reason
+            EVENTS.publish("skipped", None, function=self.exe_name, region=self.region.id, reason=reason)
+            return
         symbols = policy.symbols_of(cache_key, key)
         entry = Entry(policy.name(self.digest, cache_key, key), self.exe_name, self.region.id,
                       self.region.start, self.settings.cache_mode, cache_key, key, symbols,
@@ -231,6 +294,50 @@ class RegionRuntime:
         state.entry = entry
         self.entries.append(entry)
         COMPILER.submit(entry)
+
+    def _too_small(self, keys: Iterable[tuple]) -> str | None:
+        """Why native code cannot beat the interpreter on ``keys``: their fastest interpreted run is
+        below the launch overhead of native code. None when it can, or when nothing is measured yet."""
+        overhead = COMPILER.launch_overhead_ns
+        runs = [t for k in keys for t in self.samples.get(k, ())]
+        if not POLICY.skip_small or overhead is None or not runs or min(runs) >= overhead:
+            return None
+        return (f"interpreted {format_ns(min(runs))} is below the {format_ns(overhead)} launch overhead of "
+                "native code; it stays interpreted")
+
+    def _suspect(self, entry: Entry, key: tuple) -> None:
+        """``key`` has enough native runs: keep the entry when they beat the interpreted runs seen
+        before, else start alternating interpreted and native runs at ``key`` (lock held)."""
+        interp = self.samples.get(key, ())
+        if len(interp) >= _JUDGE_RUNS and min(entry.native[key]) <= min(interp) * _DEMOTE_MARGIN:
+            entry.judged = True
+            return
+        entry.judging = key
+        self.samples[key] = []
+        entry.native[key] = []
+        self.table.pop(key, None)  # its runs come to ``miss``, which alternates them
+
+    def _judge(self, entry: Entry, key: tuple) -> Callable | None:
+        """A run at the key being judged: interpreted (None) or native (the timed launcher), in turn;
+        once both kinds have ``_JUDGE_RUNS`` fresh runs, keep or demote the entry (lock held)."""
+        interp, native = self.samples.get(key, []), entry.native.get(key, [])
+        if min(len(interp), len(native)) < _JUDGE_RUNS:
+            return None if len(interp) <= len(native) else entry.timed
+        entry.judging = None
+        entry.judged = True
+        if min(native) <= min(interp) * _DEMOTE_MARGIN:
+            self._remember(key, entry.launcher)
+            return entry.launcher
+        where = ", ".join(f"{s}={v}" for s, v in self.plan.values(key).items())
+        entry.status = "demoted"
+        entry.reason = (f"native {format_ns(min(native))} vs interpreted {format_ns(min(interp))}"
+                        f"{f' ({where})' if where else ''}: slower than the interpreter, so it runs "
+                        "interpreted and is not compiled again")
+        for k in [k for k, launcher in self.table.items() if launcher is entry.launcher]:
+            del self.table[k]
+        EVENTS.publish("demoted", entry.name, function=self.exe_name, region=self.region.id,
+                       reason=entry.reason)
+        return None
 
     def _trigger(self, symbols: dict[str, Any], runs: int) -> str:
         """Why an entry is created: which symbol took which new value."""
@@ -264,7 +371,9 @@ class RegionRuntime:
             _, scalars, _ = self.policy.parameters(entry.cache_key, entry.key)
             n_tensors = len(self.io.tensor_inputs)
             keep = (*range(n_tensors), *(n_tensors + j for j, v in enumerate(scalars) if isinstance(v, str)))
-            entry.launcher = make_launcher(compiled.fn, entry, keep, n_tensors + len(scalars))
+            total = n_tensors + len(scalars)
+            entry.launcher = make_launcher(compiled.fn, entry, keep, total, self.sampled)
+            entry.timed = make_launcher(compiled.fn, entry, keep, total, self.sampled, timed=True)
             entry.status = "compiled"
             state = self.states.get(entry.cache_key)
             for key in (state.keys - state.blocked) if state is not None else ():
@@ -279,13 +388,11 @@ class RegionRuntime:
                 entry.error = f"compiling {entry.name} failed: {reason}"
 
     def interp_ms(self, entry: Entry) -> float | None:
-        """Mean interpreted time of the region over the run-time keys of ``entry``."""
+        """Median interpreted time of the region over the run-time keys of ``entry``."""
         with self.lock:
             state = self.states.get(entry.cache_key)
             keys = list(state.keys) if state is not None else [entry.key]
-        samples = [self.samples[k] for k in keys if k in self.samples]
-        n = sum(s[0] for s in samples)
-        return sum(s[1] for s in samples) / n / 1e6 if n else None
+            return median_ms([t for k in keys for t in self.samples.get(k, ())])
 
     def clear(self) -> None:
         with self.lock:
@@ -294,6 +401,7 @@ class RegionRuntime:
             self.states.clear()
             self.samples.clear()
             self.entries.clear()
+            self.too_small.clear()
             self.misses = 0
             self.full_reported = False
             self.policy = CachePolicy(self.settings, self.plan)
@@ -304,7 +412,7 @@ class RegionRuntime:
         io = self.io
         args = ", ".join(f"r{r}" for r in (*io.tensor_inputs, *io.scalar_params))
         outs = ", ".join(f"r{r}" for r in io.live_outs)
-        call = f"{outs} = jf{n}({args})" if outs else f"jf{n}({args})"
+        call = f"{outs} = jf{n}(jk{n}, {args})" if outs else f"jf{n}(jk{n}, {args})"
         defined = {r for ins in self.region.instructions for r in ins.writes()}
         dead = dict.fromkeys(io.outer_frees)  # outside registers the interpreted lines would delete
         for ins in self.region.instructions:
@@ -325,13 +433,18 @@ class RegionRuntime:
                               f"jk{n} = {self.plan.key_expr()}", n)
 
 
-def make_launcher(fn: Callable, entry: Entry, keep: tuple[int, ...], total: int) -> Callable:
+def make_launcher(fn: Callable, entry: Entry, keep: tuple[int, ...], total: int,
+                  sampled: Callable[[Entry, tuple, int], None], timed: bool = False) -> Callable:
     """The callable the jump table holds: counts hits, samples native time, maps refusals to GuardMiss.
 
-    ``keep`` are the positions of the dispatch's ``total`` arguments the region function takes (an
-    entry folds the scalars it is exact in into constants). One Python frame on top of the launcher.
+    It is called with the run-time key first, then the dispatch's ``total`` arguments; ``keep`` are
+    the positions of those the region function takes (an entry folds the scalars it is exact in into
+    constants). It times the first ``_EARLY_SAMPLES`` runs of the entry (enough to judge it against
+    the interpreter) and every ``_SAMPLE_EVERY``-th after — every run when ``timed`` — and hands each
+    time to ``sampled``. One Python frame on top of the launcher.
     """
-    hits, native, now = entry.hits, entry.native, time.perf_counter_ns
+    early = math.inf if timed else _EARLY_SAMPLES
+    hits, now = entry.hits, time.perf_counter_ns
     if keep == tuple(range(total)):
         pick = None
     elif keep == tuple(range(len(keep))):
@@ -339,23 +452,23 @@ def make_launcher(fn: Callable, entry: Entry, keep: tuple[int, ...], total: int)
     else:
         pick = lambda args: tuple(args[i] for i in keep)  # noqa: E731
 
-    def hit(*args: Any) -> Any:
+    def hit(key: tuple, *args: Any) -> Any:
         n = hits[0] = hits[0] + 1
         if pick is not None:
             args = pick(args)
         try:
-            if n % _SAMPLE_EVERY != 1:
+            if n > early and n % _SAMPLE_EVERY:
                 return fn(*args)
             t0 = now()
             out = fn(*args)
-            native[1] += now() - t0
-            native[0] += 1
-            return out
+            t1 = now()
         except ShapeError as exc:
             if exc.code != GUARD_CODE:
                 raise
             hits[0] -= 1
             raise GuardMiss(str(exc)) from exc
+        sampled(entry, key, t1 - t0)
+        return out
 
     hit.entry = entry  # type: ignore[attr-defined]  # trace events name the entry
     return hit
@@ -393,6 +506,8 @@ class FunctionJit:
             rt = RegionRuntime(exe, region, io, plan, self.settings)
             self.runtimes.append(rt)
             self.dispatch.append(rt.dispatch(steps_by_ins))
+        if self.runtimes and CONTEXT.jit_enabled:
+            COMPILER.prestart()  # the worker starts while this function's first calls run
 
 
 
@@ -429,5 +544,5 @@ def _fmt(value: Any) -> str:
     return str(value) if isinstance(value, int) else f"{value[0]}-{value[1]}"
 
 
-__all__ = ["FunctionJit", "GuardMiss", "RegionDispatch", "RegionRuntime", "attach", "make_launcher",
-           "region_runtimes", "reset"]
+__all__ = ["POLICY", "FunctionJit", "GuardMiss", "Policy", "RegionDispatch", "RegionRuntime", "attach",
+           "make_launcher", "region_runtimes", "reset"]

@@ -22,7 +22,8 @@ from .cache import CACHE, Entry
 class JitEvent:
     seq: int
     time: float  # time.time()
-    kind: str  # queued, started, phase, installed, fallback, hit-rate, cache-full, buckets, guard
+    kind: str  # queued, started, phase, installed, fallback, demoted, skipped, hit-rate, cache-full,
+    # buckets, guard, warm (the worker started and the launch overhead measured)
     entry: str | None  # the entry's name, when the event is about one
     data: dict[str, Any] = field(default_factory=dict)
 
@@ -114,6 +115,15 @@ def avg_compile_time() -> float:
     return sum(times) / len(times) if times else 0.0
 
 
+def format_ns(ns: float) -> str:
+    """A duration for reasons and reports: ``4.4 µs``, ``12.3 ms``, ``1.20 s``."""
+    if ns < 1e6:
+        return f"{ns / 1e3:.1f} µs"
+    if ns < 1e9:
+        return f"{ns / 1e6:.1f} ms"
+    return f"{ns / 1e9:.2f} s"
+
+
 class JitMonitor:
     """The live view the widgets subscribe to: queue, active compile, cache and events."""
 
@@ -150,4 +160,4 @@ class JitMonitor:
 MONITOR = JitMonitor()
 
 __all__ = ["EVENTS", "MONITOR", "EventLog", "JitEvent", "JitMonitor", "avg_compile_time",
-           "entry_row", "hit_rate", "jit_info"]
+           "entry_row", "format_ns", "hit_rate", "jit_info"]

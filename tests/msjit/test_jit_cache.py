@@ -4,7 +4,7 @@ import pytest
 
 from msvm.bytecode import ModuleBuilder, RegRef
 from msvm.interpreter import Program
-from msvm.msjit.cache import CachePolicy, JitSettings, bucket_of, plan_keys
+from msvm.msjit.cache import ADAPTIVE_GROWTH, CachePolicy, JitSettings, bucket_of, plan_keys
 from msvm.msjit.regions import analyze_executable, def_use, region_io
 
 
@@ -59,11 +59,18 @@ def test_exact_and_bucket_names_and_parameters() -> None:
     assert [str(s) for s in specs] == ["[50, C]", "[50, C]"] and bounds == {"C": 4, "h": 4}
 
 
-def test_adaptive_learns_power_of_two_buckets_for_symbols_that_vary() -> None:
+@pytest.mark.parametrize(("value", "bucket"), [(1, (1, 1)), (3, (2, 4)), (5, (5, 16)), (16, (5, 16)),
+                                               (200, (65, 256))])
+def test_adaptive_buckets_grow_by_four(value: int, bucket: tuple) -> None:
+    assert bucket_of(value, None, ADAPTIVE_GROWTH) == bucket
+
+
+def test_adaptive_learns_power_of_four_buckets_for_symbols_that_vary_once_keys_pass_the_budget() -> None:
     policy = policy_for("adaptive")
-    for key in (((2, 3), 1), ((3, 3), 1), ((5, 3), 1)):
-        policy.observe(key)
-        assert policy.cache_key(key) == key  # exact until it learns
-    assert policy.learn() == {"N": (2, 4, 8)}
+    keys = (((2, 3), 1), ((3, 3), 1), ((5, 3), 1))
+    assert [policy.observe(key, budget=2) for key in (*keys, keys[0])] == [False, False, True, True]
+    assert all(policy.cache_key(key) == key for key in keys)  # exact until it learns
+    assert policy.learn() == {"N": (4, 16)}  # C and h took one value: they stay exact
     ck = policy.cache_key(((6, 3), 1))
-    assert policy.name("0123abcd", ck, ((6, 3), 1)) == "jit_cache_0123abcd_N5-8_C3_h1"
+    assert policy.name("0123abcd", ck, ((6, 3), 1)) == "jit_cache_0123abcd_N5-16_C3_h1"
+    assert policy.cache_key(((300, 3), 1)) != ck  # a size beyond the values seen gets its own bucket

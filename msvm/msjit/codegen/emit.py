@@ -17,19 +17,19 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 from llvmlite import ir
 
-from ...native.irhelpers import Slot
+from ...native.irhelpers import Slot, for_each_chunk
 from ...shapes import Dim
 from . import dims
 from .buffers import Buffer
 from .dtypes import I1, I8, I32, I64, STORAGE, from_storage, to_storage
-from .kernels import PARALLEL_MIN, THREADS, Kernel
+from .kernels import CHUNKS_PER_THREAD, PARALLEL_MIN, THREADS, Kernel
 from .views import View
 
 I8P = I8.as_pointer()
@@ -48,13 +48,21 @@ def _pthread(module: ir.Module, name: str) -> ir.Function:
     return ir.Function(module, ir.FunctionType(I32, [I64, I8P.as_pointer()]), name=name)
 
 
-def _second_copy(b: ir.IRBuilder, ptr: ir.Value, buf: Buffer) -> ir.Value:
-    """The second thread's pointer: its own copy of per-thread scratch, the same memory otherwise."""
-    return b.gep(ptr, [ir.Constant(I64, buf.size // THREADS)], inbounds=True) if buf.per_thread else ptr
+def _thread_copy(b: ir.IRBuilder, ptr: ir.Value, buf: Buffer, thread: int) -> ir.Value:
+    """Thread ``thread``'s pointer: its own copy of per-thread scratch, the same memory otherwise."""
+    if not buf.per_thread or thread == 0:
+        return ptr
+    return b.gep(ptr, [ir.Constant(I64, buf.size // THREADS * thread)], inbounds=True)
 
 
-def _small(work: Dim) -> bool:
-    return work.is_const and work.value < PARALLEL_MIN
+def _frame(b: ir.IRBuilder, values: Sequence[ir.Value]) -> ir.Value:
+    """``values`` stored as i64 each (pointers as integers) in a stack array; its address as ``i8*``."""
+    frame = b.alloca(I64, len(values), name="frame")
+    for i, value in enumerate(values):
+        b.store(
+            b.ptrtoint(value, I64) if value.type.is_pointer else value, b.gep(frame, [ir.Constant(I64, i)])
+        )
+    return b.bitcast(frame, I8P)
 
 
 def _probe_data_offset() -> int | None:
@@ -186,11 +194,17 @@ class FnBuilder:
 
 @contextmanager
 def counted_loop(
-    fb: FnBuilder, start: ir.Value, stop: ir.Value, name: str, unroll: bool = True
+    fb: FnBuilder,
+    start: ir.Value,
+    stop: ir.Value,
+    name: str,
+    unroll: bool = True,
+    interleave: int | None = None,
 ) -> Iterator[ir.Value]:
     """``for i in range(start, stop)``; ``unroll=False`` tells LLVM not to unroll it (outer loops of a
     nest: fully unrolling small constant outer loops multiplies the vectorised inner loop and costs
-    seconds of compile time for nothing)."""
+    seconds of compile time for nothing); ``interleave`` asks the vectoriser to run that many vector
+    iterations side by side."""
     b = fb.b
     pre = b.block
     head = b.append_basic_block(f"{name}.head")
@@ -205,8 +219,8 @@ def counted_loop(
     yield index
     index.add_incoming(b.add(index, ir.Constant(I64, 1), name=f"{name}.next", flags=("nsw",)), b.block)
     back = b.branch(head)
-    if not unroll:
-        back.set_metadata("llvm.loop", fb.em.no_unroll())
+    if not unroll or interleave:
+        back.set_metadata("llvm.loop", fb.em.loop_id(unroll, interleave))
     b.position_at_end(done)
 
 
@@ -217,10 +231,11 @@ def loop_nest(
     *,
     split_outer: bool = False,
     name: str = "i",
+    interleave: int | None = None,
 ) -> None:
     """``for idx in ndindex(extents): body(idx)``, row-major; the outermost loop covers ``[lo, hi)``
     of its range when ``split_outer`` (what a caller uses to hand halves to two threads). Only the
-    innermost loop may be unrolled (and is the one LLVM vectorises)."""
+    innermost loop may be unrolled (and is the one LLVM vectorises, ``interleave`` as asked)."""
 
     if split_outer and extents:
         fb.split_extent = extents[0]
@@ -239,7 +254,8 @@ def loop_nest(
             start = fb.lo
             stop = fb.b.select(fb.b.icmp_signed("<", fb.hi, stop), fb.hi, stop)
         innermost = all(e == 1 for e in extents[k + 1 :])
-        with counted_loop(fb, start, stop, f"{name}{k}", unroll=innermost) as i, fb.scope():
+        hint = interleave if innermost else None
+        with counted_loop(fb, start, stop, f"{name}{k}", innermost, hint) as i, fb.scope():
             level(k + 1, [*idx, i])
 
     level(0, [])
@@ -265,16 +281,23 @@ def accumulate(
 class ModuleEmitter:
     """The IR module of one region."""
 
-    def __init__(self, name: str, params: Sequence[str]) -> None:
+    def __init__(self, name: str, params: Sequence[str], ranges: Mapping[str, dims.Interval]) -> None:
         self.module = ir.Module(name=name)
         self.params = list(params)
+        self.ranges = ranges  # param -> (min, max): a kernel never big enough at the bounds runs inline
         self._counter = itertools.count()
         self._disable = self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.unroll.disable")])
 
-    def no_unroll(self) -> ir.MDValue:
-        """A fresh (distinct) loop ID carrying ``llvm.loop.unroll.disable``."""
-        node = self.module.add_metadata([ir.MetaDataString(self.module, f"msvm.loop.{next(self._counter)}")])
-        node.operands = (node, self._disable)
+    def loop_id(self, unroll: bool, interleave: int | None) -> ir.MDValue:
+        """A fresh (distinct) loop ID: ``llvm.loop.unroll.disable`` unless ``unroll``, and the vectoriser's
+        interleave count when given."""
+        md = self.module.add_metadata
+        node = md([ir.MetaDataString(self.module, f"msvm.loop.{next(self._counter)}")])
+        hints = [] if unroll else [self._disable]
+        if interleave:
+            count = ir.MetaDataString(self.module, "llvm.loop.interleave.count")
+            hints.append(md([count, ir.Constant(I32, interleave)]))
+        node.operands = (node, *hints)
         return node
 
     def function(self, prefix: str, buffers: Sequence[Buffer]) -> FnBuilder:
@@ -310,7 +333,8 @@ class ModuleEmitter:
         for kernel, kfn in calls:
             ptrs = [self._base(b, buf, bases, arena) for buf in kfn.buffers]
             work = kernel.parallel_work()
-            if THREADS > 1 and work is not None and kfn.split_extent is not None and not _small(work):
+            big = work is not None and dims.interval(work, self.ranges)[1] >= PARALLEL_MIN
+            if THREADS > 1 and big and kfn.split_extent is not None:
                 self._split_call(b, kfn, ptrs, list(params), values, work, status)
             else:
                 b.call(kfn.fn, [*ptrs, *params, ir.Constant(I64, 0), ir.Constant(I64, INT64_MAX), status])
@@ -333,53 +357,69 @@ class ModuleEmitter:
         work: Dim,
         status: ir.Value,
     ) -> None:
-        """Run ``kfn`` on the two halves of its outer loop, the second half on a new thread.
+        """Run ``kfn``'s outer loop on ``THREADS`` threads that claim chunks of it from a shared counter.
 
-        Big enough (``PARALLEL_MIN`` elements, checked at run time in bucket mode) or it runs inline; a
-        thread that cannot be created also means running inline. Per-thread scratch is offset for the
-        second thread.
+        Why chunks, not halves: the machine is shared, and a core busy with another process would
+        make the thread given a fixed half finish last; with chunks the faster thread takes more.
+        Big enough (``PARALLEL_MIN`` elements, checked at run time in bucket mode) or it runs inline;
+        a helper thread that cannot be created leaves its chunks to the others. Each thread gets its
+        own copy of per-thread scratch.
         """
         extent = dims.emit(b, kfn.split_extent, values)
         big = b.and_(
             b.icmp_signed(">=", dims.emit(b, work, values), ir.Constant(I64, PARALLEL_MIN)),
             b.icmp_signed(">=", extent, ir.Constant(I64, 2)),
         )
-        mid = b.sdiv(b.add(extent, ir.Constant(I64, 1)), ir.Constant(I64, 2))
-        whole = [*ptrs, *params, ir.Constant(I64, 0), ir.Constant(I64, INT64_MAX), status]
+        kfn.fn.attributes.add("noinline")  # called from two places: one copy of its loops, not two
         with b.if_else(big) as (split, inline):
             with split:
-                second = [_second_copy(b, p, buf) for p, buf in zip(ptrs, kfn.buffers)]
-                args = [*second, *params, mid, ir.Constant(I64, INT64_MAX), status]
-                frame = b.alloca(I64, len(args), name="frame")
-                for i, value in enumerate(args):
-                    slot = b.gep(frame, [ir.Constant(I64, i)])
-                    b.store(b.ptrtoint(value, I64) if value.type.is_pointer else value, slot)
-                tid = b.alloca(I64, name="tid")
-                started = b.call(
-                    _pthread(self.module, "pthread_create"),
-                    [tid, ir.Constant(I8P, None), self._thunk(kfn), b.bitcast(frame, I8P)],
-                )
-                b.call(kfn.fn, [*ptrs, *params, ir.Constant(I64, 0), mid, status])
-                with b.if_else(b.icmp_signed("==", started, ir.Constant(I32, 0))) as (joined, failed):
-                    with joined:
+                per_chunk = ir.Constant(I64, THREADS * CHUNKS_PER_THREAD)
+                chunk = b.sdiv(b.add(extent, b.sub(per_chunk, ir.Constant(I64, 1))), per_chunk)
+                counter = b.alloca(I64, name="next")
+                b.store(ir.Constant(I64, 0), counter)
+                runner = self._chunk_runner(kfn)
+                frames = []
+                for t in range(THREADS):
+                    own = [_thread_copy(b, p, buf, t) for p, buf in zip(ptrs, kfn.buffers)]
+                    frames.append(_frame(b, [*own, *params, status, counter, extent, chunk]))
+                tids = b.alloca(I64, THREADS - 1, name="tids")
+                started = []
+                for t in range(1, THREADS):
+                    tid = b.gep(tids, [ir.Constant(I64, t - 1)])
+                    rc = b.call(
+                        _pthread(self.module, "pthread_create"),
+                        [tid, ir.Constant(I8P, None), runner, frames[t]],
+                    )
+                    started.append((tid, rc))
+                b.call(runner, [frames[0]])
+                for tid, rc in started:
+                    with b.if_then(b.icmp_signed("==", rc, ir.Constant(I32, 0))):
                         no_result = ir.Constant(I8P.as_pointer(), None)
                         b.call(_pthread(self.module, "pthread_join"), [b.load(tid), no_result])
-                    with failed:
-                        b.call(kfn.fn, args)
             with inline:
-                b.call(kfn.fn, whole)
+                b.call(kfn.fn, [*ptrs, *params, ir.Constant(I64, 0), ir.Constant(I64, INT64_MAX), status])
 
-    def _thunk(self, kfn: FnBuilder) -> ir.Function:
-        """``void* thunk(void* frame)``: call ``kfn`` with the arguments stored in ``frame`` (i64 each)."""
-        fn = ir.Function(self.module, ir.FunctionType(I8P, [I8P]), name=f"{kfn.fn.name}_thread")
+    def _chunk_runner(self, kfn: FnBuilder) -> ir.Function:
+        """``void* run(void* frame)``: claim chunks ``[start, start + chunk)`` of the outer loop from the
+        frame's counter and call ``kfn`` on each until none are left (the frame: ``kfn``'s arguments
+        before ``lo``, then the counter's address, the extent and the chunk size, as i64 each)."""
+        fn = ir.Function(self.module, ir.FunctionType(I8P, [I8P]), name=f"{kfn.fn.name}_chunks")
         fn.linkage = "internal"
+        fn.attributes.add("nounwind")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         frame = b.bitcast(fn.args[0], I64.as_pointer())
-        args = []
-        for i, typ in enumerate(kfn.fn.function_type.args):
-            raw = b.load(b.gep(frame, [ir.Constant(I64, i)]))
-            args.append(b.inttoptr(raw, typ) if typ.is_pointer else raw)
-        b.call(kfn.fn, args)
+
+        def slot(i: int) -> ir.Value:
+            return b.load(b.gep(frame, [ir.Constant(I64, i)]))
+
+        types = kfn.fn.function_type.args
+        fixed = [b.inttoptr(slot(i), t) if t.is_pointer else slot(i) for i, t in enumerate(types[:-3])]
+        status = b.inttoptr(slot(len(types) - 3), types[-1])
+        n = len(types) - 2
+        counter = b.inttoptr(slot(n), I64.as_pointer())
+        extent, chunk = slot(n + 1), slot(n + 2)
+        with for_each_chunk(b, counter, extent, chunk) as (start, stop):
+            b.call(kfn.fn, [*fixed, start, stop, status])
         b.ret(ir.Constant(I8P, None))
         return fn
 

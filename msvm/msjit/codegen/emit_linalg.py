@@ -182,32 +182,36 @@ def _gemm_or_zero(
     c_off: ir.Value,
     ldc: ir.Value,
 ) -> None:
-    """The BLAS call, skipped for empty outputs; an empty contraction writes zeros (BLAS's rule)."""
+    """The BLAS call, skipped for empty outputs; an empty contraction writes zeros (BLAS's rule). Only
+    sizes that are not known positive constants get these guards (none for LLVM to fold in exact mode)."""
     bld = fb.b
     zero = ir.Constant(I64, 0)
-    nonempty = bld.and_(bld.icmp_signed(">", m, zero), bld.icmp_signed(">", n, zero))
-    with bld.if_then(nonempty), bld.if_else(bld.icmp_signed(">", k, zero)) as (then, otherwise):
-        with then:
-            call_gemm(
-                fb,
-                entry,
-                a.trans,
-                b.trans,
-                m,
-                n,
-                k,
-                pa,
-                _at_least_one(fb, a, k, m),
-                pb,
-                _at_least_one(fb, b, n, k),
-                _byte_ptr(fb, out, c_off),
-                ldc,
-            )
-        with otherwise:
-            base = bld.gep(fb.ptr(out), [c_off], inbounds=True)
-            with for_range(bld, 0, m, name="zm") as i, for_range(bld, 0, n, name="zn") as j:
-                at = bld.add(bld.mul(i, ldc), j)
-                bld.store(ir.Constant(dtypes.STORAGE[out.dtype], 0.0), bld.gep(base, [at], inbounds=True))
+
+    def positive(v: ir.Value) -> bool:
+        return isinstance(v, ir.Constant) and v.constant > 0
+
+    def gemm() -> None:
+        lda, ldb = _at_least_one(fb, a, k, m), _at_least_one(fb, b, n, k)
+        call_gemm(fb, entry, a.trans, b.trans, m, n, k, pa, lda, pb, ldb, _byte_ptr(fb, out, c_off), ldc)
+
+    def gemm_or_zero() -> None:
+        if positive(k):
+            gemm()
+            return
+        with bld.if_else(bld.icmp_signed(">", k, zero)) as (then, otherwise):
+            with then:
+                gemm()
+            with otherwise:
+                base = bld.gep(fb.ptr(out), [c_off], inbounds=True)
+                with for_range(bld, 0, m, name="zm") as i, for_range(bld, 0, n, name="zn") as j:
+                    at = bld.add(bld.mul(i, ldc), j)
+                    bld.store(ir.Constant(dtypes.STORAGE[out.dtype], 0.0), bld.gep(base, [at], inbounds=True))
+
+    if positive(m) and positive(n):
+        gemm_or_zero()
+        return
+    with bld.if_then(bld.and_(bld.icmp_signed(">", m, zero), bld.icmp_signed(">", n, zero))):
+        gemm_or_zero()
 
 
 def _at_least_one(fb: FnBuilder, op: Operand, cols: ir.Value, rows: ir.Value) -> ir.Value:
@@ -220,15 +224,15 @@ def _at_least_one(fb: FnBuilder, op: Operand, cols: ir.Value, rows: ir.Value) ->
 
 
 class GemmKernel(Kernel):
-    """``out = a @ b`` over broadcast batch dims (``out`` dense ``[batch…, M, N]``)."""
+    """``out[view] = a @ b`` over broadcast batch dims; ``view`` ([batch…, M, N]) has unit-stride rows."""
 
-    def __init__(self, a: Operand, b: Operand, out: Buffer, entry: GemmEntry, shape: Shape) -> None:
-        out_shape = tuple(shape)  # [batch…, M, N] (``out`` may be the caller's array of another shape)
-        folded = fold_batch(a, b, out_shape)
+    def __init__(self, a: Operand, b: Operand, out: Buffer, entry: GemmEntry, view: View) -> None:
+        folded = fold_batch(a, b, view.shape) if view.is_contiguous() else None
         if folded is not None:
-            a, b, out_shape = folded
+            a, b, shape = folded
+            view = View.contiguous(shape, view.offset)
         self.a, self.b, self.out, self.entry = a, b, out, entry
-        self.out_view = View.contiguous(out_shape)
+        self.out_view = view
 
     def reads(self) -> list[Buffer]:
         return list(dict.fromkeys([self.a.buffer, self.b.buffer]))
@@ -252,12 +256,15 @@ class GemmKernel(Kernel):
         m, k = (fb.dim(d) for d in a.view.shape[-2:])
         n = fb.dim(b.view.shape[-1])
         batch = self.out_view.shape[:-2]
+        ldc = fb.dim(self.out_view.strides[-2])
 
         def one(idx: list[ir.Value]) -> None:
             full = [*idx, ir.Constant(I64, 0), ir.Constant(I64, 0)]
             pa = _byte_ptr(fb, a.buffer, fb.offset(a.view, full))
             pb = _byte_ptr(fb, b.buffer, fb.offset(b.view, full))
-            _gemm_or_zero(fb, self.entry, a, b, m, n, k, pa, pb, self.out, fb.offset(self.out_view, full), n)
+            _gemm_or_zero(
+                fb, self.entry, a, b, m, n, k, pa, pb, self.out, fb.offset(self.out_view, full), ldc
+            )
 
         loop_nest(fb, batch, one, split_outer=bool(batch))
         fb.finish()

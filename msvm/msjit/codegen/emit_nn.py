@@ -1,28 +1,44 @@
-"""nn nodes computed per output element: pooling windows, direct convolution, resizes, roi_align.
+"""nn nodes computed per output element (pooling windows, direct convolution, resizes, roi_align), and
+convolutions handed to the native kernels of ``msvm.kernels``.
 
-Each is an expression node whose value at an output index runs a small loop (a window, a sample
+Each node is an expression whose value at an output index runs a small loop (a window, a sample
 grid) over its input expression — so a ReLU before a pool or after a resize fuses into the same
 loop nest. Index and weight arithmetic follows the reference kernels operation for operation
 (float32 source indices for nearest, the input's precision for bilinear and roi_align taps),
 because a source position that rounds differently picks another pixel.
+
+``NativeConv`` is a convolution as a call of the interpreter's own direct kernels (NCHWc-blocked,
+or depthwise), by address: the region's code fills the kernel's argument frame and runs it on the
+job pool's threads (``msvm.kernels.threads``), weights packed when the region was lowered. It
+takes over the elementwise pass that alone reads its output when that pass is its epilogue
+(``absorb_epilogue``: ReLU, a residual add, ReLU), so a ResNet block's conv, skip and activation
+write the output once; ``conv_layouts`` keeps the tensors that only such convolutions touch in
+NCHWc with a zero border (no transposes, no copies of the input for its padding).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 from llvmlite import ir
 
-from ...native.irhelpers import Slot, for_range
-from ...shapes import Dim
+from ...kernels import conv_depthwise, conv_nchwc
+from ...kernels.conv_common import NO_EPILOGUE, Epilogue
+from ...kernels.native import Frame
+from ...kernels.threads import MIN_FLOPS_PER_THREAD, POOL
+from ...native.irhelpers import LANES, Slot, for_range
+from ...shapes import Dim, as_dim
 from . import dtypes
+from .buffers import Buffer
 from .dtypes import F32, I64, cast, constant
-from .emit import FnBuilder, accumulate
-from .emit_elementwise import extreme, intrinsic_call
+from .emit import I8P, FnBuilder, ModuleEmitter, accumulate
+from .emit_elementwise import ElementwiseKernel, extreme, intrinsic_call
 from .emit_linalg import ConvGeometry, window_source
-from .nodes import Expr
-from .views import Shape
+from .kernels import THREADS, Kernel
+from .nodes import Expr, Load, Map
+from .views import ZERO, Shape, View, numel, same
 
 
 def _i64(value: int) -> ir.Constant:
@@ -350,3 +366,266 @@ class RoiAlign(Expr):
 
     def label(self) -> str:
         return "roi_align"
+
+
+class NativeConv(Kernel):
+    """``out = conv2d(x) + bias`` by ``msvm.kernels``' ``nchwc`` or ``depthwise`` job.
+
+    ``x`` is a dense view; ``weight`` (and ``bias``) are constant buffers in the layout the kernel
+    wants (packed NCHWc blocks and a padded bias for ``nchwc``). ``scratch`` is the per-thread
+    memory of the ``nchwc`` job (offset table and zero-bordered input rows). Tensors are NCHW until
+    ``conv_layouts`` makes those that only ``nchwc`` convs touch NCHWc.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        x: Load,
+        weight: Buffer,
+        bias: Buffer | None,
+        out: Buffer,
+        geo: ConvGeometry,
+        pads: tuple[int, int, int, int],
+        scratch: Buffer | None,
+    ) -> None:
+        self.kind, self.x, self.weight, self.bias, self.out = kind, x, weight, bias, out
+        self.geo, self.pads, self.work = geo, pads, scratch
+        self.out_offset: Dim = ZERO
+        self.residual: Load | None = None
+        self.epilogue = NO_EPILOGUE
+        # None: NCHW; else NCHWc with a zero border of that many pixels around x / out / residual
+        self.x_border: int | None = None
+        self.out_border: int | None = None
+        self.res_border: int | None = None
+
+    def reads(self) -> list[Buffer]:
+        extra = [self.bias, self.residual.buffer if self.residual is not None else None]
+        return list(dict.fromkeys(b for b in [self.x.buffer, self.weight, *extra] if b is not None))
+
+    def writes(self) -> list[Buffer]:
+        return [self.out]
+
+    def scratch(self) -> list[Buffer]:
+        return [self.work] if self.work is not None else []
+
+    def describe(self) -> str:
+        g, e = self.geo, self.epilogue
+        steps = ["bias"] if self.bias is not None else []
+        steps += ["relu"] if e.relu else []
+        steps += [f"+{self.residual.buffer.resolve().name}"] if self.residual is not None else []
+        steps += ["relu"] if e.relu_out else []
+        return (
+            f"conv2d {g.kh}x{g.kw}/s{g.stride[0]} groups {g.groups} [{g.n}x{g.c}x{g.h}x{g.w}] -> "
+            f"{self.out.resolve().name} {self.kind}{' (' + ','.join(steps) + ')' if steps else ''}"
+            f"{_layout(' in', self.x_border)}{_layout(' out', self.out_border)}"
+        )
+
+    def whole_output(self) -> bool:
+        """Is ``out`` exactly this conv's output, in channel counts that fill whole NCHWc blocks?"""
+        g = self.geo
+        shape = (g.n, g.c_out, g.oh, g.ow)
+        return (
+            self.out_offset == ZERO
+            and _same_shape(self.out.shape, shape)
+            and _whole_blocks(self.out.dtype, g.out_group)
+        )
+
+    def absorb_epilogue(self, consumer: Kernel, buf: Buffer) -> bool:
+        """Take over ``consumer`` when it computes ``relu?(relu?(buf) + residual)`` element for element."""
+        if not isinstance(consumer, ElementwiseKernel) or buf is not self.out or self.epilogue != NO_EPILOGUE:
+            return False
+        view = consumer.view
+        if consumer.out.dtype != self.out.dtype or not (view.is_contiguous() and _same_numel(view, buf)):
+            return False
+        expr, relu_out = _strip_relu(consumer.expr)
+        parsed = _conv_epilogue(expr, buf, view.shape)
+        if parsed is None:
+            return False
+        relu, residual = parsed
+        if residual is None:
+            self.epilogue = Epilogue(relu=relu or relu_out)
+        else:
+            self.epilogue = Epilogue(relu=relu, residual=True, relu_out=relu_out)
+        self.out, self.out_offset, self.residual = consumer.out, view.offset, residual
+        return True
+
+    def emit(self, em: ModuleEmitter) -> FnBuilder:
+        fb = em.function("conv", [self.out, *self.scratch(), *self.reads()])
+        b = fb.b
+        g = self.geo
+        lanes = LANES[self.out.dtype]
+        pads = dict(zip(("PT", "PB", "PL", "PR"), self.pads))
+        h, w, x_offset = g.h, g.w, self.x.view.offset
+        if self.x_border is None:
+            x_rows, x_plane = w, h * w
+        else:  # the border is this conv's padding: it reads a larger input, unpadded
+            x_rows, x_plane, x_offset = _bordered(h, w, self.x_border, lanes, pads["PT"], pads["PL"])
+            h, w = h + (pads["PT"] + pads["PB"]), w + (pads["PL"] + pads["PR"])
+            pads = dict.fromkeys(pads, 0)
+        out_rows, out_plane, out_offset = _bordered(g.oh, g.ow, self.out_border, lanes)
+        res_rows, res_plane, res_offset = _bordered(g.oh, g.ow, self.res_border, lanes)
+
+        def at(buf: Buffer, offset: Dim) -> ir.Value:
+            return b.gep(fb.ptr(buf), [fb.dim(offset)], inbounds=True)
+
+        sizes = {"N": g.n, "C": g.c, "H": h, "W": w, "XR": x_rows, "XP": x_plane, "OC": g.c_out, "OH": g.oh}
+        sizes |= {"OW": g.ow, "OR": out_rows, "OP": out_plane, "RR": res_rows, "RP": res_plane}
+        fixed = {"KH": g.kh, "KW": g.kw, "SH": g.stride[0], "SW": g.stride[1], "DH": g.dilation[0]}
+        fixed |= {"DW": g.dilation[1], "groups": g.groups, "OPAD": self.out_border or 0, **pads}
+        fixed["flags"] = self.epilogue.flags(self.bias is not None)
+        values = {k: fb.dim(as_dim(d)) for k, d in sizes.items()} | {k: _i64(v) for k, v in fixed.items()}
+        values |= {"x": at(self.x.buffer, x_offset), "w": fb.ptr(self.weight)}
+        values["out"] = at(self.out, self.out_offset + out_offset)
+        if self.bias is not None:
+            values["bias"] = fb.ptr(self.bias)
+        if self.residual is not None:
+            values["residual"] = at(self.residual.buffer, self.residual.view.offset + res_offset)
+        work = g.n * g.c_out * g.oh * g.ow * (g.c_group * (2 * g.kh * g.kw))
+        if self.kind == "nchwc":
+            blocked = (self.x_border is not None, self.out_border is not None)
+            job = conv_nchwc.job_address(self.out.dtype, g.stride[1], *blocked)
+            frame = conv_nchwc.FRAME
+            assert self.work is not None
+            values |= {"scratch": fb.ptr(self.work), "slot_bytes": _i64(self.work.size // THREADS)}
+        else:
+            frame, job = conv_depthwise.FRAME, conv_depthwise.job_address(self.out.dtype, g.stride[1])
+            work = work * conv_depthwise.FLOPS_SCALE
+        threads = b.sdiv(fb.dim(work), _i64(int(MIN_FLOPS_PER_THREAD)))
+        threads = _max(b, _min(b, threads, _i64(THREADS)), _i64(1))
+        run_job(fb, frame, values, job, threads)
+        fb.finish()
+        return fb
+
+
+def _bordered(
+    h: Dim, w: Dim, border: int | None, lanes: int, top: int = 0, left: int = 0
+) -> tuple[Dim, Dim, Dim]:
+    """(row stride, channel stride, offset of pixel (−top, −left)) in pixels / elements of an h × w
+    tensor: dense NCHW (``border`` None), or NCHWc with a zero border of ``border`` pixels."""
+    if border is None:
+        return w, h * w, ZERO
+    rows = w + 2 * border
+    return rows, (h + 2 * border) * rows, ((border - top) * rows + (border - left)) * lanes
+
+
+def _layout(what: str, border: int | None) -> str:
+    return "" if border is None else f" NCHWc{what}" + (f"+{border}" if border else "")
+
+
+def run_job(fb: FnBuilder, frame: Frame, values: dict[str, ir.Value], job: int, threads: ir.Value) -> None:
+    """Fill ``frame``'s fields (absent ones 0) in this function's stack and run ``job`` on the job pool."""
+    b = fb.b
+    block = Slot(b, ir.ArrayType(I64, len(frame.fields))).ptr
+    base = b.gep(block, [_i64(0), _i64(0)], inbounds=True)
+    for name, i in frame.index.items():
+        value = values.get(name, _i64(0))
+        value = b.ptrtoint(value, I64) if value.type.is_pointer else value
+        b.store(value, b.gep(base, [_i64(i)], inbounds=True))
+    run, state = POOL.entry()
+    fnty = ir.FunctionType(ir.VoidType(), [I8P, I8P, I64.as_pointer(), I64])
+    b.call(
+        b.inttoptr(_i64(run), fnty.as_pointer()),
+        [_i64(state).inttoptr(I8P), _i64(job).inttoptr(I8P), base, threads],
+    )
+
+
+def _same_numel(view: View, buf: Buffer) -> bool:
+    return same(numel(view.shape), numel(buf.shape))
+
+
+def _strip_relu(expr: Expr) -> tuple[Expr, bool]:
+    if isinstance(expr, Map) and expr.op == "relu":
+        return expr.args[0], True
+    return expr, False
+
+
+def _conv_epilogue(expr: Expr, buf: Buffer, shape: Shape) -> tuple[bool, Load | None] | None:
+    """(ReLU of the conv, residual) when ``expr`` is ``relu?(buf)`` or ``relu?(buf) + residual`` read at the
+    consumer's own index (every operand a dense view of ``shape``, the residual another buffer)."""
+
+    def own(node: Expr) -> bool:
+        return isinstance(node, Load) and node.buffer is buf and node.view == View.contiguous(shape)
+
+    def conv(node: Expr) -> tuple[bool] | None:
+        inner, relu = _strip_relu(node)
+        return (relu,) if own(inner) and node.dtype == buf.dtype else None
+
+    if (hit := conv(expr)) is not None:
+        return hit[0], None
+    if not (isinstance(expr, Map) and expr.op == "add" and expr.dtype == buf.dtype and len(expr.args) == 2):
+        return None
+    for a, other in (expr.args, expr.args[::-1]):
+        hit = conv(a)
+        if (
+            hit is not None
+            and isinstance(other, Load)
+            and other.buffer is not buf
+            and other.dtype == buf.dtype
+            and other.view.shape == tuple(shape)
+            and other.view.is_contiguous()
+        ):
+            return hit[0], other
+    return None
+
+
+def conv_layouts(kernels: Sequence[Kernel]) -> None:
+    """NCHWc, with a zero border as wide as its readers' padding, for the tensors that only ``nchwc``
+    convolutions write and read (as input or residual).
+
+    Why: the NCHWc kernel's register tile is a vector of channels per pixel, so an NCHWc output is
+    stored vector by vector (NCHW needs a transpose per tile), and a padded conv reading a bordered
+    input reads it in place, where it would otherwise copy its input rows into a zero-bordered
+    scratch (the writer zeroes the border: a few vectors per row). A residual must be in the layout
+    of the output it is added to, so the choice is a fixed point: start from every conv output that
+    can be blocked, drop those with another kind of reader, or whose writer adds a residual that is not.
+    """
+    readers: dict[Buffer, list[Kernel]] = {}
+    written = Counter(buf for kernel in kernels for buf in kernel.writes())
+    for kernel in kernels:
+        for buf in kernel.reads():
+            readers.setdefault(buf, []).append(kernel)
+    convs = [k for k in kernels if isinstance(k, NativeConv) and k.kind == "nchwc"]
+    writers = {k.out: k for k in convs if k.out.kind == "arena" and written[k.out] == 1 and k.whole_output()}
+    blocked = set(writers)
+    changed = True
+    while changed:
+        keep = {
+            buf
+            for buf in blocked
+            if all(_reads_blocked(k, buf, blocked) for k in readers.get(buf, []))
+            and (writers[buf].residual is None or writers[buf].residual.buffer in blocked)
+        }
+        changed, blocked = keep != blocked, keep
+    border = {}
+    for buf in blocked:  # the buffer grows by its border (the memory plan sizes it afterwards)
+        border[buf] = max((max(k.pads) for k in readers.get(buf, []) if k.x.buffer is buf), default=0)
+        n, c, h, w = buf.shape
+        buf.shape = (n, c, h + 2 * border[buf], w + 2 * border[buf])
+    for conv in convs:
+        conv.x_border, conv.out_border = border.get(conv.x.buffer), border.get(conv.out)
+        conv.res_border = border.get(conv.residual.buffer) if conv.residual is not None else None
+
+
+def _whole_blocks(dtype: str, channels: Dim) -> bool:
+    """Do ``channels`` (per group) fill whole NCHWc blocks of ``dtype``?"""
+    return channels.is_const and channels.value % LANES[dtype] == 0
+
+
+def _reads_blocked(kernel: Kernel, buf: Buffer, blocked: set[Buffer]) -> bool:
+    """Can ``kernel`` read ``buf`` in NCHWc (given the buffers ``blocked`` so far): as its input, or as
+    the residual of an NCHWc output, the buffer being exactly the tensor the kernel reads?"""
+    if not isinstance(kernel, NativeConv) or kernel.kind != "nchwc":
+        return False
+    g = kernel.geo
+    uses = [(kernel.x, (g.n, g.c, g.h, g.w), _whole_blocks(buf.dtype, g.c_group))]
+    if kernel.residual is not None:
+        uses.append((kernel.residual, (g.n, g.c_out, g.oh, g.ow), kernel.out in blocked))
+    return all(
+        ok and load.view.offset == 0 and _same_shape(buf.shape, shape)
+        for load, shape, ok in uses
+        if load.buffer is buf
+    )
+
+
+def _same_shape(a: Shape, b: Shape) -> bool:
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))

@@ -12,7 +12,9 @@ A row kernel normalises the trailing ``row`` dims of its index space in a few sw
 arithmetic (or softmax needs its exponentials twice) the first sweep parks it in a row-sized
 scratch that stays in L1, so ``layer_norm(gelu(x*a+b)+x)`` reads ``x`` once and writes the
 result once. ``RowResult`` is the kernel's value as an expression: consumers that use it
-elementwise at the same index become the final sweep's epilogue instead of another pass.
+elementwise at the same index become the final sweep's epilogue instead of another pass. A large
+result the region returns is written with non-temporal stores (``streams``): the final sweep
+finishes the row in its scratch, then streams it out without first reading the lines it overwrites.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from ...native.irhelpers import Slot
+from ...native.irhelpers import Slot, stream_copy
 from ...shapes import Dim
 from . import dtypes
 from .buffers import Buffer
@@ -30,7 +32,7 @@ from .emit import FnBuilder, ModuleEmitter, loop_nest
 from .emit_elementwise import extreme, intrinsic_call, math_call
 from .kernels import Kernel, expr_buffers, has_checks
 from .nodes import Expr, is_compute, summary
-from .views import ZERO, Shape, View, contiguous_strides, numel
+from .views import ZERO, Shape, View, contiguous_strides, numel, same
 
 REDUCE_FLAGS = ("reassoc", "contract", "nsz")
 
@@ -256,6 +258,26 @@ class RowSpec:
         return self.kind != "norm" or is_compute(self.src)
 
 
+# Results at least this large are streamed out (well past the 1 MiB L2 per core, and a fair share of
+# the 32 MiB L3: the caller will not find them cached anyway).
+STREAM_MIN_BYTES = 4 << 20
+
+
+def streams(spec: RowSpec, out: Buffer, view: View) -> bool:
+    """Does the row kernel writing ``out`` through ``view`` stream its rows out (non-temporal stores)?
+    Yes for a float result the region returns, of a constant size of at least ``STREAM_MIN_BYTES``,
+    whose rows are contiguous."""
+    size = out.nbytes
+    rows = view.strides[len(view.strides) - spec.row_rank :]
+    return (
+        out.kind == "output"
+        and out.dtype == spec.dtype in ("float32", "float64")
+        and size.is_const
+        and size.value >= STREAM_MIN_BYTES
+        and all(same(a, b) for a, b in zip(rows, contiguous_strides(spec.row_shape)))
+    )
+
+
 class RowKernel(Kernel):
     """``out[view] = final`` where ``final`` is an elementwise expression of the spec's ``RowResult``."""
 
@@ -264,6 +286,15 @@ class RowKernel(Kernel):
         self.can_fail = has_checks(spec.src, final)
         if scratch is not None:
             scratch.per_thread = True
+
+    def streams(self) -> bool:
+        """Stream rows out through the scratch (not when the result is also read here: in place)."""
+        out = self.out.resolve()
+        return (
+            self.row is not None
+            and streams(self.spec, out, self.view)
+            and all(b.resolve() is not out for b in self.reads())
+        )
 
     def reads(self) -> list[Buffer]:
         return expr_buffers(self.spec.src, self.spec.weight, self.spec.bias, self.final)
@@ -371,11 +402,21 @@ class RowKernel(Kernel):
 
             def last(idx: list[ir.Value]) -> None:
                 fb.remember((id(spec.result), *map(id, idx)), value(idx), (spec.result, idx))
-                out = self.final.value(fb, idx)
-                fb.store(self.out, self.view, idx, cast(b, out, self.final.dtype, self.out.dtype))
+                out = cast(b, self.final.value(fb, idx), self.final.dtype, self.out.dtype)
+                if stream:
+                    stash(idx, out)  # over the parked value just read
+                else:
+                    fb.store(self.out, self.view, idx, out)
 
             sweep(last)
+            if stream:
+                start = [*o, *(ir.Constant(I64, 0) for _ in rows)]
+                dst = fb.address(self.out, self.view, start)
+                stream_copy(b, dst, fb.address(self.row, scratch_view, start), fb.dim(n))
 
+        stream = self.streams()
         loop_nest(fb, outer, one_row, split_outer=True)
+        if stream:
+            b.fence("seq_cst")  # the non-temporal stores are visible before the caller reads
         fb.finish()
         return fb

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 # Elements below which a kernel runs on one thread (starting a thread costs tens of microseconds).
 PARALLEL_MIN = 1 << 18
+# Chunks of a split outer loop per thread: enough that a thread slowed by another process's load on
+# its core hands its share to the other, few enough that claiming one (an atomic add) costs nothing.
+CHUNKS_PER_THREAD = 16
 
 
 class Kernel:
@@ -45,6 +48,12 @@ class Kernel:
     def inplace_source(self) -> Expr | None:
         """The expression whose identity-indexed loads may share memory with the output, if any."""
         return None
+
+    def absorb_epilogue(self, consumer: Kernel, buf: Buffer) -> bool:
+        """Take over ``consumer`` — the only reader of this kernel's output ``buf`` — by applying its
+        elementwise computation while writing the output (then writing ``consumer``'s output)? Kernels
+        that can (a native convolution's ReLU / residual epilogue) update themselves and say True."""
+        return False
 
     def describe(self) -> str:
         raise NotImplementedError

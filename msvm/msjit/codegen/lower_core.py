@@ -135,10 +135,7 @@ def _unsqueeze(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: li
 @lowers("transpose", "permute")
 def _transpose(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
     x = inputs[0]
-    rank = len(x.shape)
-    perm = attrs.get("axes") if op.name == "transpose" else attrs["dims"]
-    perm = list(range(rank - 1, -1, -1)) if perm is None else [a % rank for a in perm]
-    return x.relayout(views.permute(x.shape, perm))
+    return x.relayout(views.permute(x.shape, views.axis_order(op.name, attrs, len(x.shape))))
 
 
 @lowers("broadcast_to")
@@ -278,9 +275,9 @@ def matmul(ctx: Planner, a: Expr, b: Expr, dtype: str, out_shape: Shape) -> Expr
         result: Expr = Contraction(a3, b3, dtype)
     else:
         ops = [_operand(ctx, x) for x in (a3, b3)]
-        dest = ctx.result_buffer(full, dtype)
-        ctx.add(GemmKernel(ops[0], ops[1], dest, entry, full))
-        result = Load(dest, View.contiguous(full))
+        dest, view = ctx.result_layout(full, dtype)
+        ctx.add(GemmKernel(ops[0], ops[1], dest, entry, view))
+        result = Load(dest, view)
     return result if len(full) == len(out_shape) else ctx.reshape(result, out_shape)
 
 

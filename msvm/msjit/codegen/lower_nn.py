@@ -1,8 +1,11 @@
 """Lowering of the nn ops (torch.nn.functional semantics, NCHW) onto expressions and kernels.
 
-Convolutions become im2col + BLAS GEMM per image (``ConvKernel``) when the GEMM is worth it, and a
-direct per-element loop (``DirectConv2d``, fusable) for depthwise, tiny or non-BLAS cases; the bias
-stays a lazy add so activations and residuals fuse after it. batch_norm is elementwise with
+Convolutions with constant weights call the interpreter's own native direct kernels
+(``NativeConv``: NCHWc-blocked, or depthwise), the weights packed at lowering time and the bias
+applied in the kernel; the plan later hands them the ReLU / residual epilogue that reads their
+output. Others (weights computed in the region, other dtypes) become im2col + BLAS GEMM per image
+(``ConvKernel``) when the GEMM is worth it, and a direct per-element loop (``DirectConv2d``,
+fusable) for tiny or non-BLAS cases, with the bias a lazy add. batch_norm is elementwise with
 per-channel scale and shift (folded to constants when the statistics are constants, as the
 reference computes them); layer_norm is a lazy row result (epilogues fuse), group_norm a row
 kernel over [N, G, C/G, spatial]. Attention is two GEMMs around a safe-softmax row kernel.
@@ -15,22 +18,33 @@ from typing import Any
 
 import numpy as np
 
+from ...kernels import conv_nchwc
 from ...ops.conv import conv_padding
 from ...ops.registry import OpDef, TensorType
 from ...shapes import as_dim
 from . import views
+from .buffers import Buffer
 from .emit_layout import Gather
 from .emit_linalg import ConvGeometry, ConvKernel
-from .emit_nn import AdaptiveAvgPool2d, DirectConv2d, Pool2d, ResizeBilinear, ResizeNearest, RoiAlign
+from .emit_nn import (
+    AdaptiveAvgPool2d,
+    DirectConv2d,
+    NativeConv,
+    Pool2d,
+    ResizeBilinear,
+    ResizeNearest,
+    RoiAlign,
+)
 from .emit_reduce import RowKernel, RowSpec
 from .errors import LoweringError
 from .lower_core import BLAS_MIN_FLOPS, broadcast_batch, cast_to, matmul
 from .nodes import Const, Expr, Index, Load, Map
 from .plan import Planner
 from .registry import lowers, refuses
-from .views import Shape, View
+from .views import Shape, View, same
 
 DIRECT_MAX_TAPS = 16  # per-output work below which a convolution is evaluated directly
+NATIVE_DTYPES = ("float32", "float64")  # what the native conv kernels compute in
 
 
 def _shape(t: TensorType) -> Shape:
@@ -63,10 +77,11 @@ def _conv_refusal(attrs: dict, input_types: Any) -> str | None:
 def _conv2d(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
     x, unbatched = _batched(ctx.ready(inputs[0]))
     w = ctx.ready(inputs[1])
+    bias = inputs[2] if len(inputs) == 3 else None
     t = out[0]
     full = _shape(t) if not unbatched else (as_dim(1), *_shape(t))
     n, c, h, wd = x.shape
-    c_out, c_group, kh, kw = w.shape
+    c_out, _, kh, kw = w.shape
     pads = conv_padding(attrs["padding"], (kh.value, kw.value), attrs["dilation"])
     geo = ConvGeometry(
         n,
@@ -83,9 +98,71 @@ def _conv2d(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[
         tuple(attrs["dilation"]),
         attrs["groups"],
     )
-    entry = ctx.gemm_entry(t.dtype)
-    taps = c_group * (kh.value * kw.value)
-    work = full[0] * c_out * full[2] * full[3] * taps
+    bias_value = None if bias is None else ctx.constant_value(bias)
+    in_kernel = bias is None or (bias_value is not None and bias.dtype == t.dtype)  # constants only
+    y = _native_conv(ctx, x, w, bias_value if in_kernel else None, geo, pads, full, t.dtype)
+    if y is None:
+        y, in_kernel = _lowered_conv(ctx, x, w, geo, full, t.dtype), False
+    if bias is not None and not in_kernel:
+        bias = bias.relayout(views.reshape(bias.shape, (c_out, as_dim(1), as_dim(1))))
+        y = ctx.map("add", [y, bias], t.dtype, full)
+    return _unbatch(y, unbatched)
+
+
+def _native_conv(
+    ctx: Planner,
+    x: Expr,
+    w: Expr,
+    bias: np.ndarray | None,
+    geo: ConvGeometry,
+    pads: list[tuple[int, int]],
+    full: Shape,
+    dtype: str,
+) -> Expr | None:
+    """The conv (+ ``bias``) as a call of a native direct kernel, as fast as the interpreter's variants:
+    depthwise convs by ``depthwise``, every other one by ``nchwc`` with its weights packed now (they
+    must be constants). None when neither applies (another dtype, weights computed in the region)."""
+    if dtype not in NATIVE_DTYPES or x.dtype != dtype or w.dtype != dtype:
+        return None
+    weight = ctx.constant_value(w)
+    depthwise = geo.groups > 1 and same(geo.c, as_dim(geo.groups)) and same(geo.c_out, as_dim(geo.groups))
+    if depthwise and _dense(w):
+        kind, w_buf = "depthwise", w.buffer
+        b_buf = None if bias is None else _constant_buffer(ctx, bias)
+    elif weight is not None and not depthwise:
+        packed_w, packed_b = conv_nchwc.packed(weight, bias, geo.groups)
+        kind, w_buf = "nchwc", _constant_buffer(ctx, packed_w)
+        b_buf = None if bias is None else _constant_buffer(ctx, packed_b)
+    else:
+        return None
+    if not (isinstance(x, Load) and x.view.is_contiguous()):
+        x = ctx.materialize(x)
+    pad4 = (int(pads[0][0]), int(pads[0][1]), int(pads[1][0]), int(pads[1][1]))
+    scratch = None
+    if kind == "nchwc":
+        size = conv_nchwc.scratch_bytes(
+            geo.c_group, geo.w, geo.kh, geo.kw, geo.stride[0], geo.dilation[0], pad4, np.dtype(dtype).itemsize
+        )
+        scratch = ctx.new_buffer((size // 8,), "int64", "conv")
+        scratch.per_thread = True
+    dest = ctx.result_buffer(full, dtype)
+    ctx.add(NativeConv(kind, x, w_buf, b_buf, dest, geo, pad4, scratch))
+    return Load(dest, View.contiguous(full))
+
+
+def _constant_buffer(ctx: Planner, array: np.ndarray) -> Buffer:
+    """A read-only buffer of ``array`` kept alive by the compiled region (``array`` has > 1 element)."""
+    expr = ctx.constant_expr(array)
+    assert isinstance(expr, Load)
+    return expr.buffer
+
+
+def _lowered_conv(ctx: Planner, x: Expr, w: Expr, geo: ConvGeometry, full: Shape, dtype: str) -> Expr:
+    """The conv as generated code: im2col + BLAS GEMM per image when the GEMM is worth it, else a
+    direct per-element loop (fusable)."""
+    entry = ctx.gemm_entry(dtype)
+    taps = geo.c_group * (geo.kh * geo.kw)
+    work = full[0] * geo.c_out * full[2] * full[3] * taps
     direct = (
         entry is None
         or (taps.is_const and taps.value <= DIRECT_MAX_TAPS)
@@ -93,22 +170,15 @@ def _conv2d(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[
         or (work.is_const and work.value < BLAS_MIN_FLOPS)
     )
     if direct:
-        y: Expr = DirectConv2d(x, w, geo)
-    else:
-        weight = w if _dense(w) else ctx.materialize(w)
-        pointwise = geo.pointwise and _dense(x)
-        cols = (
-            None
-            if pointwise
-            else ctx.new_buffer((c * (kh.value * kw.value), full[2] * full[3]), t.dtype, "cols")
-        )
-        dest = ctx.result_buffer(full, t.dtype)
-        ctx.add(ConvKernel(x, weight, dest, geo, entry, cols))
-        y = Load(dest, View.contiguous(full))
-    if len(inputs) == 3:
-        bias = inputs[2].relayout(views.reshape(inputs[2].shape, (c_out, as_dim(1), as_dim(1))))
-        y = ctx.map("add", [y, bias], t.dtype, full)
-    return _unbatch(y, unbatched)
+        return DirectConv2d(x, w, geo)
+    weight = w if _dense(w) else ctx.materialize(w)
+    pointwise = geo.pointwise and _dense(x)
+    cols = (
+        None if pointwise else ctx.new_buffer((geo.c * (geo.kh * geo.kw), full[2] * full[3]), dtype, "cols")
+    )
+    dest = ctx.result_buffer(full, dtype)
+    ctx.add(ConvKernel(x, weight, dest, geo, entry, cols))
+    return Load(dest, View.contiguous(full))
 
 
 def _dense(x: Expr) -> bool:

@@ -128,7 +128,18 @@ class Map(Expr):
         return Map(self.op, children, self.dtype, self.attrs)
 
     def relayout(self, m: IndexMap) -> Expr:
-        return Map(self.op, [c.relayout(m) for c in self.args], self.dtype, self.attrs)
+        """The op applied to the relaid-out children; each shared node of the DAG is relaid out once."""
+        done: dict[int, Expr] = {}
+
+        def visit(node: Expr) -> Expr:
+            if not isinstance(node, Map):
+                return node.relayout(m)
+            hit = done.get(id(node))
+            if hit is None:
+                hit = done[id(node)] = Map(node.op, [visit(c) for c in node.args], node.dtype, node.attrs)
+            return hit
+
+        return visit(self)
 
     def emit(self, fb: FnBuilder, idx: Sequence[ir.Value]) -> ir.Value:
         from .emit_elementwise import apply
@@ -239,7 +250,12 @@ def replace(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
 
 
 def is_compute(expr: Expr) -> bool:
-    return any(node.compute for node in walk(expr))
+    """Does evaluating ``expr`` cost arithmetic anywhere (cached per node: expressions are immutable, and
+    the planner asks for every value of a long chain)?"""
+    cached = expr.__dict__.get("_computes")
+    if cached is None:
+        cached = expr.__dict__["_computes"] = expr.compute or any(map(is_compute, expr.children()))
+    return cached
 
 
 def loads(expr: Expr) -> list[Load]:

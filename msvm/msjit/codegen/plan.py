@@ -5,7 +5,9 @@ Each register holds a lazy expression (``nodes``); OP_CALLs are lowered by the f
 kernels. An expression is materialised — turned into a kernel writing a buffer — only when it must:
 
 * it is returned (it is written straight into the caller's output array);
-* more than one instruction reads it and it costs arithmetic (shared work is done once);
+* more than one instruction reads it, it costs arithmetic, and some reader is not an elementwise op
+  of its own shape (shared work is done once; elementwise readers instead fuse into one loop nest,
+  where it is computed once per element, or recompute it from inputs they read anyway);
 * an op needs it in memory (GEMM operands that are not strided views, im2col, …);
 * it would be recomputed for every element of a broadcast, or its expression grew too deep.
 
@@ -31,11 +33,12 @@ from ...shapes import Dim
 from ...verifier import FunctionInfo, ScalarType, analyze_module
 from . import views
 from .buffers import Buffer
-from .emit_elementwise import ElementwiseKernel
-from .emit_reduce import RowKernel, RowResult
+from .emit_elementwise import COSTLY_OPS, ELEMENTWISE_OPS, ElementwiseKernel
+from .emit_nn import conv_layouts
+from .emit_reduce import RowKernel, RowResult, streams
 from .errors import LoweringError
 from .kernels import Kernel
-from .nodes import Const, Expr, Load, Map, is_compute, replace, walk
+from .nodes import Const, Expr, Index, Load, Map, is_compute, replace, walk
 from .registry import LOWERINGS, REFUSALS
 from .views import Shape, View, broadcast, numel, same, shape_of
 
@@ -115,10 +118,13 @@ class Planner:
         self.arena: list[Buffer] = []
         self.constants: list[np.ndarray] = []
         self.guards: list[Guard] = [g for gs in self.info.guards.values() for g in gs]
-        self.uses = Counter(
-            r for ins in self.instructions if ins.name != "SHAPE_PROPAGATE" for r in ins.reads()
-        )
+        self.readers: dict[int, list[int]] = {}  # register -> addresses of the instructions reading it
+        for address, ins in enumerate(self.instructions, self.info.base):
+            if ins.name not in ("SHAPE_PROPAGATE", "TENSOR_FREE"):
+                for r in ins.reads():
+                    self.readers.setdefault(r, []).append(address)
         self.rows: dict[int, Load] = {}
+        self.cheap: dict[int, tuple[bool, Expr]] = {}
         self.current: int | None = None
         self._scan_entry(bounds or {})
         self._make_outputs()
@@ -204,6 +210,8 @@ class Planner:
             elif name == "RET":
                 returns = self.ret(ins)
         self.dead_code()
+        self.fold_epilogues()
+        conv_layouts(self.kernels)
         self.coalesce()
         guards = list(dict.fromkeys(self.guards))
         return Plan(
@@ -275,9 +283,36 @@ class Planner:
         return [self.constant_expr(np.asarray(r, dtype=t.dtype)) for r, t in zip(results, out_types)]
 
     def define(self, reg: int, expr: Expr) -> None:
-        if (self.uses[reg] > 1 and is_compute(expr)) or expr.depth > MAX_DEPTH:
+        shared = len(self.readers.get(reg, ())) > 1 and is_compute(expr) and not self._fuses_shared(reg, expr)
+        if shared or expr.depth > MAX_DEPTH:
             expr = self.materialize(expr, self.result_buffer(expr.shape, expr.dtype, reg))
         self.values[reg] = expr
+
+    def _fuses_shared(self, reg: int, expr: Expr) -> bool:
+        """May a value read by several instructions stay an expression? Yes when it is cheap elementwise
+        arithmetic on loads (no transcendental: readers that land in different kernels recompute it),
+        it is not returned, and every reader is an elementwise op of its shape."""
+        if reg in self.outputs or not self._cheap(expr):
+            return False
+        shape = self.types[reg].shape
+        readers = [self.instructions[a - self.info.base] for a in self.readers[reg]]
+        return all(
+            ins.name == "OP_CALL"
+            and ins["op"] in ELEMENTWISE_OPS
+            and all(self.types[d].shape == shape for d in ins["dsts"])
+            for ins in readers
+        )
+
+    def _cheap(self, expr: Expr) -> bool:
+        """Only loads, constants, indices and elementwise ops outside ``COSTLY_OPS`` (memoised by node)."""
+        hit = self.cheap.get(id(expr))
+        if hit is None:
+            if isinstance(expr, Map):
+                ok = expr.op not in COSTLY_OPS and all(map(self._cheap, expr.args))
+            else:
+                ok = isinstance(expr, (Load, Const, Index))
+            hit = self.cheap[id(expr)] = (ok, expr)  # the node is kept alive: its id stays its own
+        return hit[0]
 
     def ret(self, ins: Any) -> list[Output]:
         returns = []
@@ -320,6 +355,27 @@ class Planner:
             self.claimed[out] = reg
             return out
         return self.new_buffer(shape, dtype)
+
+    def result_layout(self, shape: Shape, dtype: str) -> tuple[Buffer, View]:
+        """``result_buffer`` and the view to write the value through. A value whose only reader permutes
+        its dims, keeping the last one last, is stored in the reader's order: the permuted value — what
+        is read next — is then dense, so attention heads land straight in [L, H, D] rows (a view of
+        [L, H·D]) instead of being copied there."""
+        reg = self.current
+        readers = self.readers.get(reg, []) if reg is not None else []
+        perm = self._permutation(readers[0]) if len(readers) == 1 and reg not in self.outputs else None
+        if perm is None or perm[-1] != len(shape) - 1 or self.types[reg].shape != tuple(shape):
+            return self.result_buffer(shape, dtype), View.contiguous(shape)
+        order = tuple(shape[a] for a in perm)
+        inverse = [perm.index(i) for i in range(len(perm))]
+        return self.new_buffer(order, dtype), View.contiguous(order).map(views.permute(order, inverse))
+
+    def _permutation(self, address: int) -> list[int] | None:
+        """The axis order of a transpose/permute at ``address`` (None for any other instruction)."""
+        ins = self.instructions[address - self.info.base]
+        if ins.name != "OP_CALL" or ins["op"] not in ("transpose", "permute"):
+            return None
+        return views.axis_order(ins["op"], self.info.attrs[address], self.types[ins["dsts"][0]].shape.rank)
 
     def add(self, kernel: Kernel) -> None:
         self.kernels.append(kernel)
@@ -387,7 +443,8 @@ class Planner:
         rows = [n for n in _elementwise_reach(expr) if isinstance(n, RowResult)]
         if rows:
             spec = rows[0].spec
-            scratch = self.new_buffer(spec.row_shape, spec.dtype, "row") if spec.needs_scratch() else None
+            needs = spec.needs_scratch() or streams(spec, dest, view)
+            scratch = self.new_buffer(spec.row_shape, spec.dtype, "row") if needs else None
             self.add(RowKernel(spec, expr, dest, view, scratch))
         else:
             self.add(ElementwiseKernel(dest, view, expr))
@@ -431,8 +488,31 @@ class Planner:
                 live.update(kernel.reads())
         self.kernels = kept[::-1]
 
+    def fold_epilogues(self) -> None:
+        """Let a kernel apply the elementwise pass that alone reads its output while it writes that output
+        (``Kernel.absorb_epilogue``: a convolution's residual add and ReLU) — one pass over the tensor less.
+        The producer moves to the consumer's place, after everything the epilogue reads."""
+        readers = Counter(b for k in self.kernels for b in k.reads())
+        i = 0
+        while i < len(self.kernels):
+            consumer = self.kernels[i]
+            for j in range(i - 1, -1, -1) if isinstance(consumer, ElementwiseKernel) else ():
+                producer = self.kernels[j]
+                buf = producer.writes()[0]
+                if buf.kind != "arena" or readers[buf] != 1 or buf not in consumer.reads():
+                    continue
+                inputs = set(producer.reads())
+                if any(inputs.intersection(k.writes()) for k in self.kernels[j + 1 : i]):
+                    continue
+                if producer.absorb_epilogue(consumer, buf):
+                    self.kernels[j : i + 1] = [*self.kernels[j + 1 : i], producer]
+                    i -= 1
+                    break
+            i += 1
+
     def coalesce(self) -> None:
-        """Fold a buffer into its last reader's output when that reader consumes it element by element."""
+        """Fold a buffer into its last reader's output when that reader consumes it element by element;
+        a copy that thereby reads what it writes is dropped."""
         readers: dict[Buffer, list[int]] = {}
         writers: dict[Buffer, list[int]] = {}
         for i, k in enumerate(self.kernels):
@@ -463,6 +543,7 @@ class Planner:
                 if all(_pointwise_reads(e, buf, view) for e in exprs if e is not None):
                     buf.alias = out
                     break
+        self.kernels = [k for k in self.kernels if not (isinstance(k, ElementwiseKernel) and k.is_noop())]
 
 
 def _pointwise_reads(expr: Expr, buf: Buffer, view: View) -> bool:

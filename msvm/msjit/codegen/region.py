@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...bytecode.module import Module
-from ...native.llvm import NativeLibrary, build_object, load_object
+from ...native.llvm import NativeLibrary, ObjectBuild, build_object, load_object
 from ...native.worker import CompileWorker
 from .emit import ModuleEmitter
 from .errors import LoweringError
@@ -22,6 +22,10 @@ from .memplan import Placement, plan_memory
 from .plan import Plan, Planner
 
 DISASSEMBLY_KINDS = ("llvm", "llvm-opt", "asm")
+# The pass pipeline for regions: O2 without the loop unroller. Measured against O3 on the workloads'
+# regions it compiles 30–40 % faster with run times within noise: the vectoriser's interleaving
+# already gives the inner loops their parallelism, and outer loops are never worth unrolling.
+PIPELINE = {"opt_level": 2, "unroll": False}
 
 
 @dataclass
@@ -70,7 +74,7 @@ def lower(
     t0 = time.perf_counter()
     plan = Planner(module, function, bounds).run()
     planned, naive, placements = plan_memory(plan.kernels, plan.ranges, mem_optimize)
-    em = ModuleEmitter(name, plan.params)
+    em = ModuleEmitter(name, plan.params, plan.ranges)
     calls = [(kernel, kernel.emit(em)) for kernel in plan.kernels]
     em.entry(name, plan.inputs, plan.outputs, calls)
     ir_text = str(em.module)
@@ -96,19 +100,21 @@ class CompiledRegion:
     library: NativeLibrary
     phase_ms: dict[str, float]  # lower, optimise, codegen, load
     code_bytes: int
-    _asm: str = field(default="", repr=False)
+    _listing: ObjectBuild | None = field(default=None, repr=False)
 
     def disassemble(self, kind: str = "llvm") -> str:
-        """The region's code as ``llvm`` (as generated), ``llvm-opt`` (optimised) or ``asm``."""
+        """The region's code as ``llvm`` (as generated), ``llvm-opt`` (optimised) or ``asm``.
+
+        The compile skips printing the last two (it would cost as much as compiling a small kernel);
+        the first request compiles the IR again, in this process, to list them.
+        """
         if kind == "llvm":
             return self.lowered.ir
-        if kind == "llvm-opt":
-            return self.library.optimized_ir
-        if kind == "asm":
-            if not self._asm:
-                self._asm = self.library.asm or build_object(self.lowered.ir, self.lowered.entry).asm
-            return self._asm
-        raise ValueError(f"unknown disassembly kind {kind!r}; use one of {', '.join(DISASSEMBLY_KINDS)}")
+        if kind not in DISASSEMBLY_KINDS:
+            raise ValueError(f"unknown disassembly kind {kind!r}; use one of {', '.join(DISASSEMBLY_KINDS)}")
+        if self._listing is None:
+            self._listing = build_object(self.lowered.ir, self.lowered.entry, **PIPELINE)
+        return self._listing.optimized_ir if kind == "llvm-opt" else self._listing.asm
 
 
 def compile_region(
@@ -123,15 +129,15 @@ def compile_region(
     """``lower`` + compile (in process, or in ``via_worker``'s process) + ``bind``."""
     lowered = lower(module, function, mem_optimize=mem_optimize, name=name, bounds=bounds)
     if via_worker is not None:
-        result = via_worker.compile(lowered.ir, name=name)
+        result = via_worker.compile(lowered.ir, name=name, with_asm=False, with_ir=False, **PIPELINE)
         if not result.ok:
             raise LoweringError(f"compiling {name} failed: {result.error}", code="E-JIT-COMPILE")
-        obj, optimized, asm, times = result.object_code, result.optimized_ir, result.asm, result.times
+        obj, times = result.object_code, result.times
     else:
-        build = build_object(lowered.ir, name, with_asm=False)
-        obj, optimized, asm, times = build.object_code, build.optimized_ir, build.asm, build.times
+        build = build_object(lowered.ir, name, with_asm=False, with_ir=False, **PIPELINE)
+        obj, times = build.object_code, build.times
     t0 = time.perf_counter()
-    library = load_object(obj, name, llvm_ir=lowered.ir, optimized_ir=optimized, asm=asm, times=times)
+    library = load_object(obj, name, llvm_ir=lowered.ir, times=times)
     fn = lowered.bind(library)
     load_ms = (time.perf_counter() - t0) * 1e3
     phases = {
@@ -140,7 +146,7 @@ def compile_region(
         "codegen": times.codegen_ms,
         "load": load_ms,
     }
-    return CompiledRegion(fn, lowered, library, phases, text_bytes(obj), asm)
+    return CompiledRegion(fn, lowered, library, phases, text_bytes(obj))
 
 
 def text_bytes(obj: bytes) -> int:

@@ -112,52 +112,36 @@ class View:
         return self._reshape(m.new_shape)
 
     def _reshape(self, new: Shape) -> View | None:
-        if self.is_contiguous():
-            return View.contiguous(new, self.offset)
-        if any(d == 0 for d in self.shape):
+        """numpy's no-copy reshape: each run of new dims covers a run of old ones whose strides nest.
+        A symbolic dim must be carried over whole (``[L, 256]`` → ``[L, 4, 64]``); constants may split
+        and merge among themselves."""
+        if self.is_contiguous() or any(d == 0 for d in self.shape):
             return View.contiguous(new, self.offset)
         kept = [(d, s) for d, s in zip(self.shape, self.strides) if d != 1]
-        if not all(d.is_const for d in new) or not all(d.is_const and s.is_const for d, s in kept):
-            return _reshape_ones(self, new)
-        od = [d.value for d, _ in kept]
-        os_ = [s.value for _, s in kept]
-        nd = [d.value for d in new]
-        ns = [0] * len(nd)
+        od, os_ = [d for d, _ in kept], [s for _, s in kept]
+        ns = [ZERO] * len(new)
         oi = ni = 0
-        while ni < len(nd) and oi < len(od):
-            if nd[ni] == 1:
+        while ni < len(new) and oi < len(od):
+            if new[ni] == 1:
                 ni += 1
                 continue
-            np_, op_, nj, oj = nd[ni], od[oi], ni + 1, oi + 1
-            while np_ != op_:
-                if np_ < op_:
-                    np_ *= nd[nj]
-                    nj += 1
+            np_, op_, nj, oj = new[ni], od[oi], ni + 1, oi + 1
+            while not same(np_, op_):
+                if not (np_.is_const and op_.is_const):
+                    return None
+                if np_.value < op_.value and nj < len(new):
+                    np_, nj = np_ * new[nj], nj + 1
+                elif np_.value > op_.value and oj < len(od):
+                    op_, oj = op_ * od[oj], oj + 1
                 else:
-                    op_ *= od[oj]
-                    oj += 1
-            if any(os_[k] != od[k + 1] * os_[k + 1] for k in range(oi, oj - 1)):
+                    return None
+            if any(not same(os_[k], od[k + 1] * os_[k + 1]) for k in range(oi, oj - 1)):
                 return None
             ns[nj - 1] = os_[oj - 1]
             for k in range(nj - 1, ni, -1):
-                ns[k - 1] = ns[k] * nd[k]
+                ns[k - 1] = ns[k] * new[k]
             ni, oi = nj, oj
-        return View(new, shape_of(ns), self.offset)
-
-
-def _reshape_ones(view: View, new: Shape) -> View | None:
-    """A reshape that only inserts or removes extent-1 dims keeps every other stride."""
-    kept = [(d, s) for d, s in zip(view.shape, view.strides) if d != 1]
-    strides, k = [], 0
-    for d in new:
-        if d == 1:
-            strides.append(ZERO)
-        elif k < len(kept) and same(kept[k][0], d):
-            strides.append(kept[k][1])
-            k += 1
-        else:
-            return None
-    return View(new, tuple(strides), view.offset) if k == len(kept) else None
+        return View(new, tuple(ns), self.offset)
 
 
 # -- layout ops as index maps -------------------------------------------------------------------------
@@ -165,6 +149,12 @@ def _reshape_ones(view: View, new: Shape) -> View | None:
 
 def identity(shape: Shape) -> Affine:
     return Affine(shape, tuple(((i, ONE),) for i in range(len(shape))), (ZERO,) * len(shape))
+
+
+def axis_order(op: str, attrs: dict, rank: int) -> list[int]:
+    """The axis order of a ``transpose`` (``axes``, None reverses) or ``permute`` (``dims``) call."""
+    perm = attrs.get("axes") if op == "transpose" else attrs["dims"]
+    return list(range(rank - 1, -1, -1)) if perm is None else [a % rank for a in perm]
 
 
 def permute(shape: Shape, perm: Sequence[int]) -> Affine:

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from codegen_helpers import check, rand, region
+from codegen_helpers import assert_close, check, compiled, interpret, rand, region
 
 from msvm.msjit.codegen import lower
 
@@ -160,3 +160,89 @@ def test_constant_subexpressions_are_folded():
 
     r = check(region(body, [("[4, 3]", "float32")]), rand((4, 3)))
     assert len(r.lowered.kernels) == 1 and r.lowered.kernels[0].endswith("= add"), r.lowered.kernels
+
+
+def test_value_read_by_several_elementwise_ops_fuses_into_one_kernel():
+    rng = np.random.default_rng(3)
+
+    def body(f, x):  # W6: each step reads x twice; 40 steps are one loop nest, not 40 kernels
+        for _ in range(40):
+            c = f.load_const((rng.standard_normal((8, 8)) * 0.1 + 0.95).astype(np.float32))
+            x = f.call(
+                "maximum",
+                [
+                    f.call("add", [f.call("mul", [x, c]), f.load_const(np.float32(0.1))]),
+                    f.call("sub", [x, f.load_const(np.float32(0.05))]),
+                ],
+            )
+        return x
+
+    r = check(region(body, [("[8, 8]", "float32")]), rand((8, 8)))
+    assert kinds(r) == ["elementwise"], r.lowered.kernels
+
+
+def test_shared_value_with_a_non_elementwise_reader_is_stored():
+    def body(f, x):
+        d = f.call("sub", [x, f.load_const(np.float32(0.5))])
+        return f.call("add", [d, f.call("sum", [d], {"axis": -1, "keepdims": True})])
+
+    r = check(region(body, [("[6, 16]", "float32")]), rand((6, 16)))
+    assert kinds(r) == ["elementwise", "reduce", "elementwise"], r.lowered.kernels
+
+
+def test_freeing_a_value_is_not_a_second_read():
+    def body(f, x):
+        e = f.call("mul", [x, x])
+        y = f.call("add", [e, x])
+        f.free(e)
+        return y
+
+    r = check(region(body, [("[5, 7]", "float32")]), rand((5, 7)))
+    assert kinds(r) == ["elementwise"], r.lowered.kernels
+
+
+def test_shared_chain_then_transpose_relayouts_each_node_once():
+    def body(f, x):  # 30 doublings of a shared DAG: a transpose of it must not walk 2**30 paths
+        for _ in range(30):
+            x = f.call("add", [x, f.call("mul", [x, x])])
+        return f.call("transpose", [x], {"axes": (1, 0)})
+
+    r = check(region(body, [("[4, 6]", "float32")]), rand((4, 6), low=-0.01, high=0.01))
+    assert kinds(r) == ["elementwise"], r.lowered.kernels
+
+
+def test_attention_heads_are_written_in_place_of_the_transpose():
+    rng = np.random.default_rng(4)
+
+    def body(f, x):
+        heads = []
+        for _ in range(3):  # large enough for BLAS GEMMs
+            w = f.load_const((rng.standard_normal((64, 64)) / 8).astype(np.float32))
+            y = f.call("reshape", [f.call("matmul", [x, w])], {"shape": (-1, 4, 16)})
+            heads.append(f.call("transpose", [y], {"axes": (1, 0, 2)}))
+        a = f.call("scaled_dot_product_attention", heads)
+        return f.call("reshape", [f.call("transpose", [a], {"axes": (1, 0, 2)})], {"shape": (-1, 64)})
+
+    r = check(region(body, [("[48, 64]", "float32")]), rand((48, 64)))
+    assert kinds(r) == ["gemm"] * 3 + ["gemm", "row", "gemm"], r.lowered.kernels  # no [4, L, 16] copy
+
+
+def test_symbolic_rows_split_into_heads_stay_views():
+    rng = np.random.default_rng(5)
+
+    def body(f, x):
+        qkv = f.call("matmul", [x, f.load_const((rng.standard_normal((64, 192)) / 8).astype(np.float32))])
+        heads = []
+        for i in range(3):  # [L, 64] column slices of [L, 192] as [4, L, 16] heads: views, not copies
+            part = f.call("slice", [qkv], {"axes": (1,), "starts": (64 * i,), "stops": (64 * i + 64,)})
+            heads.append(
+                f.call("transpose", [f.call("reshape", [part], {"shape": (-1, 4, 16)})], {"axes": (1, 0, 2)})
+            )
+        return f.call("scaled_dot_product_attention", heads)
+
+    m = region(body, [("[L, 64]", "float32")])
+    r = compiled(m, bounds={"L": 80})
+    for n in (80, 33, 1):
+        x = rand((n, 64), rng=np.random.default_rng(n))
+        assert_close(r.fn(x), interpret(m, x))
+    assert kinds(r) == ["gemm", "gemm", "row", "gemm"], r.lowered.kernels
