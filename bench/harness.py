@@ -9,6 +9,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
+def calibrate_first() -> str:
+    """Calibrate msvm's kernel cost model now, before any timing (a no-op when this host's on-disk
+    cache has it): calibrating in the background during the timings would slow them and change the
+    scheduler's picks mid-run. Returns what the on-disk cache did, for the report."""
+    from msvm.scheduler.capability import DB
+    from msvm.scheduler.cost import calibrate_all
+
+    calibrate_all()
+    return DB.cache_state
+
+
 def measure(fn: Callable[[], Any], *, repeat: int = 7, min_time: float = 0.05, warmup: int = 1) -> float:
     """Median seconds per call of ``fn`` over ``repeat`` samples of at least ``min_time`` each."""
     for _ in range(warmup):

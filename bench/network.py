@@ -30,7 +30,7 @@ from msvm.runtime import POOL, memory_stats
 from msvm.scheduler.capability import DB, load_variants
 from msvm.scheduler.variants import variants_for
 
-from .harness import fmt_ratio, fmt_time, measure, optional_import, table
+from .harness import calibrate_first, fmt_ratio, fmt_time, measure, optional_import, table
 from .models import cnn_flops, cnn_params, torch_cnn
 
 BATCHES = (1, 4, 8, 16)
@@ -288,6 +288,7 @@ def machine_line() -> str:
 
 
 def main(argv: Sequence[str] = ()) -> None:
+    print(f"cost model: {calibrate_first()}")
     print(machine_line())
     if "--ops" in argv:
         print(bench_ops())

@@ -23,7 +23,7 @@ import numpy as np
 
 import msvm as ms
 
-from .harness import fmt_ratio, fmt_time, measure, optional_import, table
+from .harness import calibrate_first, fmt_ratio, fmt_time, measure, optional_import, table
 from .models import Workload, workloads
 
 BUCKETS = (1, 4, 16, 64, 256, 1024)
@@ -215,11 +215,12 @@ def main(argv: list[str] | None = None) -> None:
     torch_mod = optional_import("torch")
     if torch_mod is not None:
         torch_mod.set_num_threads(2)
+    calibration = calibrate_first()
     peaks = machine_peaks()
     print(
         f"machine: sgemm peak {peaks[0]:.0f} GFLOP/s (numpy float32 2048³), memory bandwidth "
         f"{peaks[1]:.1f} GB/s (copy); torch {'installed' if torch_mod else 'not installed'}; "
-        f"jax {'installed' if optional_import('jax') else 'not installed'}"
+        f"jax {'installed' if optional_import('jax') else 'not installed'}; cost model: {calibration}"
     )
     only = set(filter(None, args.only.split(",")))
     for w in workloads(torch_mod is not None):

@@ -1,10 +1,11 @@
-"""Native kernels compiled once per process, and the cheap glue to call them.
+"""Native kernels compiled once per machine, and the cheap glue to call them.
 
 A kernel family generates its IR once per specialisation key (dtype, stride class, …) with all
 sizes as run-time arguments; ``native_function`` compiles it on first use (in process: this is
-our own, tested IR — the crash-isolating worker is for the JIT's generated code), caches the
-library for the life of the process and returns a ctypes function (which releases the GIL).
-Two threads asking for the same key compile it once.
+our own, tested IR — the crash-isolating worker is for the JIT's generated code) or loads the
+object code an earlier process left in the disk cache (``native.objcache``), keeps the library for
+the life of the process and returns a ctypes function (which releases the GIL). Two threads asking
+for the same key build it once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import numpy as np
 from llvmlite import ir
 
 from ..native import irhelpers
-from ..native.llvm import NativeLibrary, compile_ir
+from ..native.llvm import NativeLibrary
+from ..native.objcache import cached_library
 
 PTR = ctypes.c_void_p
 I64 = ctypes.c_int64
@@ -39,7 +41,7 @@ def native_library(key: tuple, build_ir: Callable[[], str]) -> NativeLibrary:
     with key_lock:
         lib = _LIBRARIES.get(key)
         if lib is None:
-            lib = compile_ir(build_ir(), name="_".join(map(str, key)))
+            lib = cached_library(key, build_ir, "_".join(map(str, key)))
             _LIBRARIES[key] = lib
     return lib
 

@@ -24,8 +24,6 @@ calls down.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
 import time
 from collections import deque
@@ -79,7 +77,6 @@ class CompilerThread:
         self._fault: str | None = None
         self._sampled: float | None = None
         self._warm = "cold"  # -> "pending" (prestart asked for it) -> "warming" -> "done"
-        self._niced: int | None = None  # the worker process whose priority was lowered
         self.launch_overhead_ns: int | None = None  # a native region call's fixed cost, once measured
         EVENTS.wake = self.wake
 
@@ -218,11 +215,8 @@ class CompilerThread:
         backend = self._backend
         if backend is None:
             from .codegen import compile_region as backend
-        try:
-            return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
-                           via_worker=self._client(fault), bounds=bounds or None)
-        finally:
-            self._lower_priority()
+        return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
+                       via_worker=self._client(fault), bounds=bounds or None)
 
     def _warm_up(self) -> None:
         """Start the worker by compiling a probe region, and time the probe's native calls: the launch
@@ -234,7 +228,6 @@ class CompilerThread:
             module = _probe_module()
             verify_module(module)
             compiled = compile_region(module, "probe", name="jit_launch_probe", via_worker=self._client(None))
-            self._lower_priority()
             self.launch_overhead_ns = _fastest_call(compiled.fn, np.zeros(8, np.float32))
         except Exception as exc:  # the JIT works without the measurement
             EVENTS.publish("warm", None, ms=(time.perf_counter_ns() - t0) / 1e6,
@@ -245,17 +238,8 @@ class CompilerThread:
 
     def _client(self, fault: str | None) -> _Worker:
         if self._worker is None:
-            self._worker = CompileWorker()
+            self._worker = CompileWorker(nice=_WORKER_NICE)
         return _Worker(self._worker, fault)
-
-    def _lower_priority(self) -> None:
-        """Lower the CPU priority of a newly started worker (a crash or timeout restarts it)."""
-        pid = self._worker.pid if self._worker is not None else None
-        if pid is None or pid == self._niced:
-            return
-        self._niced = pid
-        with contextlib.suppress(OSError):  # not permitted: the worker competes at the same priority
-            os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, pid) + _WORKER_NICE))
 
     @contextmanager
     def _phase(self, entry: Entry, phase: str, record: bool = True) -> Iterator[None]:

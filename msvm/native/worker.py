@@ -91,8 +91,11 @@ class WorkerResult:
 class CompileWorker:
     """Client of one compile worker process; see the module docstring."""
 
-    def __init__(self, *, python: str = sys.executable, start_timeout_s: float = 60.0) -> None:
+    def __init__(self, *, python: str = sys.executable, start_timeout_s: float = 60.0, nice: int = 0) -> None:
+        """``nice``: how much lower the worker's CPU priority is than ours, from its first instruction
+        (its start-up, importing llvmlite, is its most expensive moment)."""
         self._python = python
+        self._nice = nice
         self._start_timeout_s = start_timeout_s
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
@@ -148,8 +151,9 @@ class CompileWorker:
         self._stop()
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (lives as long as the process)
         package = str(Path(__file__).resolve().parents[1])
-        self._proc = subprocess.Popen([self._python, "-c", _BOOTSTRAP, package], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._stderr, close_fds=True)
+        self._proc = subprocess.Popen([self._python, "-c", _BOOTSTRAP, package, str(self._nice)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                      close_fds=True)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, CompileWorker._kill, self._proc)
         self.starts += 1
@@ -317,11 +321,16 @@ def _serve(inp: BinaryIO, out: BinaryIO) -> None:
                           "times": build.times.as_dict()}, build.object_code + ir_bytes + asm_bytes)
 
 
-# How the parent starts a worker (``python -c _BOOTSTRAP <path of msvm>``): the packages ``msvm`` and
+# How the parent starts a worker (``python -c _BOOTSTRAP <path of msvm> <nice>``): it lowers its own
+# priority first (where that is not permitted it competes at ours); the packages ``msvm`` and
 # ``msvm.native`` are entered as bare namespaces, so the worker imports llvmlite and this module only —
 # not ``msvm/__init__``, which loads the whole VM and would double the worker's start-up time.
 _BOOTSTRAP = """
-import sys, types
+import os, sys, types
+try:
+    os.nice(int(sys.argv[2]))
+except (IndexError, OSError):
+    pass
 for name, path in (("msvm", sys.argv[1]), ("msvm.native", sys.argv[1] + "/native")):
     package = types.ModuleType(name)
     package.__path__ = [path]

@@ -8,7 +8,9 @@ depend only on the machine, its BLAS and msvm. So there is one JSON file per hos
 a file that does not parse, does not validate or belongs to another identity is ignored, and the
 next save replaces it. JSON only, validated field by field: loading a cache file cannot run code.
 Saves are atomic (a temporary file renamed over the old one); a read-only cache directory only
-means that the next process calibrates again.
+means that the next process calibrates again. A calibration that ran on a saturated machine (load
+average above the cores + 1) is used by its process but not saved: its runs were slowed at random,
+and every later process would inherit the wrong picks.
 """
 
 from __future__ import annotations
@@ -24,14 +26,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..native.objcache import cache_dir
+
 SCHEMA = "msvm-capability-cache"
-VERSION = 1
-
-
-def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/msvm``, or ``~/.cache/msvm`` (read at every call: tests point it elsewhere)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "msvm"
+VERSION = 2  # 2: files from before the saturation check are not trusted
 
 
 def identity() -> dict[str, Any]:
@@ -92,7 +90,19 @@ def save_db() -> None:
     """Save the process-wide capability DB (after calibration), noting the outcome in it."""
     from .capability import DB
 
-    DB.cache_state = save(DB.snapshot())
+    DB.cache_state = saturated() or save(DB.snapshot())
+
+
+def saturated() -> str | None:
+    """Why the machine is too busy for its measurements to be kept, or None."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not available on this platform
+        return None
+    cores = os.cpu_count() or 1
+    if load <= cores + 1:
+        return None
+    return f"not saved (load average {load:.1f} on {cores} cores: measured on a saturated machine)"
 
 
 # -- validation -------------------------------------------------------------------------------------

@@ -16,9 +16,11 @@ from msvm.scheduler.variants import VARIANTS
 @pytest.fixture(autouse=True)
 def clean_scheduler(tmp_path, monkeypatch):
     """Every test starts with no patches, no calibration, no remembered decisions, default settings,
-    an empty on-disk cache of its own and no background calibration (it would run the fake variants
-    and change decisions under the test's feet; tests that want it switch it on)."""
+    an empty on-disk cache of its own, a machine idle as far as saving goes, and no background
+    calibration (it would run the fake variants and change decisions under the test's feet; tests
+    that want it switch it on)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))  # saves do not depend on the machine
     monkeypatch.setattr(CALIBRATOR, "enabled", False)
     load_variants()  # real variants registered before any test replaces an op's list
     saved = {k: getattr(CONTEXT, k) for k in SETTINGS}

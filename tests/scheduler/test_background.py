@@ -180,6 +180,14 @@ def test_an_unwritable_cache_dir_only_costs_a_recalibration(monkeypatch, tmp_pat
     assert DB.cache_state.startswith("not saved")
 
 
+def test_a_calibration_on_a_saturated_machine_is_used_but_not_saved(monkeypatch):
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.5, 9.0, 8.0))
+    fake_calibration()
+    persist.save_db()
+    assert DB.cache_state.startswith("not saved (load average 9.5")
+    assert DB.is_calibrated("cpu", "matmul") and not persist.cache_file().exists()
+
+
 def test_stop_ends_the_calibration_at_its_next_checkpoint(monkeypatch):
     calibrator = background.Calibrator()
     calibrator.enabled = True

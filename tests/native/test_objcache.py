@@ -1,0 +1,80 @@
+"""Kernel object code on disk: compiled once per machine, never loaded when damaged, switchable off."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from msvm.native import objcache
+
+IR = """
+define void @answer(i64* %out) {
+  store i64 42, i64* %out
+  ret void
+}
+"""
+
+
+@pytest.fixture(autouse=True)
+def own_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("MSVM_KERNEL_CACHE", raising=False)
+
+
+class Builds:
+    """``build_ir`` that counts how often the IR had to be generated."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> str:
+        self.count += 1
+        return IR
+
+
+def answer(lib) -> int:
+    out = ctypes.c_int64(0)
+    lib.ctypes_function("answer", None, [ctypes.c_void_p])(ctypes.addressof(out))
+    return out.value
+
+
+def test_a_second_process_loads_the_kernel_without_generating_or_compiling_it():
+    builds = Builds()
+    assert answer(objcache.cached_library(("answer", 1), builds, "answer")) == 42
+    path = objcache.object_path(("answer", 1))
+    assert path.is_file() and path.parent == objcache.cache_dir() / "kernels"
+    assert answer(objcache.cached_library(("answer", 1), builds, "answer")) == 42
+    assert builds.count == 1
+    assert objcache.object_path(("answer", 2)) != path  # another key, another file
+
+
+DAMAGE = [lambda b: b[:-7], lambda b: b[:40] + bytes([b[40] ^ 1]) + b[41:], lambda b: b""]
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=["truncated", "flipped bit", "empty"])
+def test_a_damaged_file_is_compiled_again_not_loaded(damage):
+    builds = Builds()
+    objcache.cached_library(("answer", 1), builds, "answer")
+    path = objcache.object_path(("answer", 1))
+    path.write_bytes(damage(path.read_bytes()))
+    assert answer(objcache.cached_library(("answer", 1), builds, "answer")) == 42
+    assert builds.count == 2
+    assert answer(objcache.cached_library(("answer", 1), builds, "answer")) == 42  # and it was repaired
+    assert builds.count == 2
+
+
+def test_the_cache_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("MSVM_KERNEL_CACHE", "0")
+    builds = Builds()
+    for _ in range(2):
+        assert answer(objcache.cached_library(("answer", 1), builds, "answer")) == 42
+    assert builds.count == 2 and not objcache.object_path(("answer", 1)).exists()
+
+
+def test_an_unwritable_cache_only_costs_a_compile(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # a file where the directory should be
+    builds = Builds()
+    assert answer(objcache.cached_library(("answer", 1), builds, "answer")) == 42
