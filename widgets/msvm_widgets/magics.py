@@ -108,10 +108,18 @@ class MsvmMagics(Magics):
             raise MsvmCellError(render_error(exc, self.cell_names)) from None
 
     def _register_cell(self, cell: str) -> str:
-        count = self.shell.execution_count
+        count = self._cell_number(cell)
         filename = self.shell.compile.cache(cell, count)
         self.cell_names[filename] = f"In[{count}]"
         return filename
+
+    def _cell_number(self, cell: str) -> int:
+        """The running cell's n of In[n]. IPython 9 increments ``execution_count`` before running a
+        cell and IPython 8 after; in both, the input history already ends with the running cell."""
+        history = self.shell.history_manager.input_hist_raw if self.shell.history_manager else []
+        if len(history) > 1 and cell.strip() and cell.strip() in history[-1]:
+            return len(history) - 1
+        return self.shell.execution_count  # not stored in the history (a silent run)
 
     def _options(self, args: Any) -> JitOptions:
         options: dict[str, Any] = {}
