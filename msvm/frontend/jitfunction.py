@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -21,78 +19,13 @@ import numpy as np
 from ..bytecode.module import Module
 from ..bytecode.opcodes import DTYPES
 from ..interpreter import Program
+from ..options import CACHE_MODES, JitOptions, parse_options
 from ..shapes import ShapeSpec
 from ..verifier import verify_module
 from .annotations import Mutable, TensorAnnotation
 from .compiler import FunctionCompiler, ParamKind, ScalarParam, StaticParam, TensorParam, scalar_symbol
 from .parsed import ParsedFunction
 from .values import NOTHING, VALUE, rebuild
-
-CACHE_MODES = ("exact", "bucket", "adaptive")
-
-
-@dataclass(frozen=True)
-class JitOptions:
-    """How the JIT treats a function (validated at decoration; honoured by the JIT layer)."""
-
-    cache_mode: str = "exact"
-    bucket_boundaries: tuple[int, ...] | None = None
-    fallback: bool = True
-    mem_optimize: bool = False
-    scd_threshold: float = 0.8
-    hot_threshold: int = 3
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.cache_mode, str):
-            raise TypeError(f"cache_mode must be a string, got {self.cache_mode!r}")
-        if self.cache_mode not in CACHE_MODES:
-            raise ValueError(f"cache_mode must be one of {', '.join(map(repr, CACHE_MODES))}, got "
-                             f"{self.cache_mode!r}")
-        if self.bucket_boundaries is not None:
-            object.__setattr__(self, "bucket_boundaries", _boundaries(self.bucket_boundaries))
-        for name in ("fallback", "mem_optimize"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        threshold = self.scd_threshold
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
-            raise TypeError(f"scd_threshold must be a number in [0, 1], got {threshold!r}")
-        if not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"scd_threshold must be in [0, 1], got {threshold}")
-        object.__setattr__(self, "scd_threshold", float(threshold))
-        hot = self.hot_threshold
-        if isinstance(hot, bool) or not isinstance(hot, int):
-            raise TypeError(f"hot_threshold must be an int >= 1, got {hot!r}")
-        if hot < 1:
-            raise ValueError(f"hot_threshold must be >= 1, got {hot}")
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _boundaries(value: Any) -> tuple[int, ...]:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise TypeError(f"bucket_boundaries must be a sequence of positive ints or None, got {value!r}")
-    items = tuple(value)
-    for item in items:
-        if isinstance(item, bool) or not isinstance(item, (int, np.integer)):
-            raise TypeError(f"bucket_boundaries must hold ints, got {item!r}")
-    items = tuple(int(i) for i in items)
-    if not items:
-        raise ValueError("bucket_boundaries must not be empty (use None for no buckets)")
-    if any(i <= 0 for i in items):
-        raise ValueError(f"bucket_boundaries must be positive, got {items}")
-    if any(a >= b for a, b in itertools.pairwise(items)):
-        raise ValueError(f"bucket_boundaries must be strictly increasing, got {items}")
-    return items
-
-
-def _options(options: dict[str, Any]) -> JitOptions:
-    known = [f.name for f in fields(JitOptions)]
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise TypeError(f"unknown @ms.jit option(s) {', '.join(unknown)}; known options: {', '.join(known)}")
-    return JitOptions(**options)
-
 
 # -- signature keys ----------------------------------------------------------------------------------
 
@@ -441,7 +374,7 @@ class JitFunction:
 
 def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """``@ms.jit`` or ``@ms.jit(cache_mode="bucket", ...)``: compile ``fn`` to MS-BC now, run it on the VM."""
-    opts = _options(options)
+    opts = parse_options(options)
     if fn is None:
         return lambda f: JitFunction(f, opts)
     return JitFunction(fn, opts)

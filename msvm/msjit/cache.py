@@ -31,39 +31,19 @@ import statistics
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..bytecode.module import Module
 from ..bytecode.text import disassemble, format_instruction
 from ..ops.registry import TensorType
+from ..options import JitOptions
 from ..shapes import Dim, ShapeSpec
 from ..verifier import FunctionInfo
 from .regions import Region, RegionIO
 
 DISASSEMBLY_KINDS = ("bytecode", "llvm", "llvm-opt", "asm")
-
-
-@dataclass(frozen=True)
-class JitSettings:
-    """A program's JIT options (``@ms.jit(...)`` passes them through ``Program(module, options=...)``)."""
-
-    cache_mode: str = "exact"
-    bucket_boundaries: tuple[int, ...] | None = None
-    fallback: bool = True
-    mem_optimize: bool = False
-    scd_threshold: float = 0.8
-    hot_threshold: int = 3
-    enabled: bool = True  # Program(module, options={"jit": False}) runs it purely interpreted
-
-    @classmethod
-    def of(cls, options: Mapping[str, Any]) -> JitSettings:
-        known = {f.name for f in fields(cls)} - {"enabled"}
-        values = {k: v for k, v in options.items() if k in known}
-        if values.get("bucket_boundaries") is not None:
-            values["bucket_boundaries"] = tuple(int(b) for b in values["bucket_boundaries"])
-        return cls(**values, enabled=options.get("jit", True) is not False)
 
 
 # -- run-time keys and the symbols they hold -------------------------------------------------------------
@@ -191,7 +171,7 @@ class CachePolicy:
 
     _BUCKETED = "B"  # first item of a bucketed cache key (a run-time key never starts with a str)
 
-    def __init__(self, settings: JitSettings, plan: KeyPlan) -> None:
+    def __init__(self, settings: JitOptions, plan: KeyPlan) -> None:
         self.mode = settings.cache_mode
         self.plan = plan
         self.boundaries = settings.bucket_boundaries
@@ -432,7 +412,6 @@ __all__ = [
     "CachePolicy",
     "Entry",
     "EntryRegistry",
-    "JitSettings",
     "KeyPlan",
     "Slot",
     "bucket_of",

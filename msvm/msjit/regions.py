@@ -32,6 +32,7 @@ from ..bytecode.module import Instruction, Module, RegRef, make_instruction
 from ..bytecode.opcodes import Kind
 from ..errors import format_address
 from ..ops.registry import REGISTRY, OpDef, TensorType
+from ..options import JitOptions
 from ..shapes import ShapeSpec
 from ..verifier import FunctionInfo
 from .scd import TensorSCD, analyze_tensors
@@ -467,9 +468,7 @@ class ScdAnalysis:
 def analyze_executable(exe: Any, args: Sequence[Any] | None = None, *, can_lower: CanLower | None = None,
                        specialised: Sequence[dict] = ()) -> ScdAnalysis:
     """The analysis of an interpreter Executable; ``args`` (optional) show concrete sizes."""
-    from .cache import JitSettings
-
-    settings = JitSettings.of(exe.program.options)
+    settings = JitOptions.of(exe.program.options)
     bindings = exe.bind_inputs(tuple(args)) if args is not None else None
     tensors = analyze_tensors(exe.info, bindings)
     regions, splits = form_regions(exe.info, tensors, threshold=settings.scd_threshold,

@@ -55,7 +55,8 @@ from typing import Any
 from ..context import CONTEXT, on_change
 from ..errors import JitError, ShapeError
 from ..observe.trace import TRACE, TraceEvent
-from .cache import CACHE, CachePolicy, Entry, JitSettings, KeyPlan, median_ms, plan_keys, region_digest
+from ..options import JitOptions, jit_enabled
+from .cache import CACHE, CachePolicy, Entry, KeyPlan, median_ms, plan_keys, region_digest
 from .compiler import COMPILER
 from .regions import Region, RegionIO, build_function, def_use, default_can_lower, form_regions, region_io
 from .scd import analyze_tensors
@@ -131,7 +132,7 @@ class KeyState:
 class RegionRuntime:
     """One compilable region of one executable: its jump table, per-key hotness and entries."""
 
-    def __init__(self, exe: Any, region: Region, io: RegionIO, plan: KeyPlan, settings: JitSettings) -> None:
+    def __init__(self, exe: Any, region: Region, io: RegionIO, plan: KeyPlan, settings: JitOptions) -> None:
         self.exe_name = exe.name
         self.info = exe.info
         self.module = exe.program.module
@@ -478,10 +479,10 @@ class FunctionJit:
     """The JIT state of one executable: its regions and the dispatch the interpreter generates for them."""
 
     def __init__(self, exe: Any) -> None:
-        self.settings = JitSettings.of(exe.program.options)
+        self.settings = JitOptions.of(exe.program.options)
         self.runtimes: list[RegionRuntime] = []
         self.dispatch: list[RegionDispatch] = []
-        if not self.settings.enabled:
+        if not jit_enabled(exe.program.options):
             return
         try:
             self._plan(exe)

@@ -4,8 +4,9 @@ import pytest
 
 from msvm.bytecode import ModuleBuilder, RegRef
 from msvm.interpreter import Program
-from msvm.msjit.cache import ADAPTIVE_GROWTH, CachePolicy, JitSettings, bucket_of, plan_keys
+from msvm.msjit.cache import ADAPTIVE_GROWTH, CachePolicy, bucket_of, plan_keys
 from msvm.msjit.regions import analyze_executable, def_use, region_io
+from msvm.options import JitOptions
 
 
 @pytest.mark.parametrize(("value", "bucket"), [(1, (1, 8)), (8, (1, 8)), (9, (9, 16)), (16, (9, 16)),
@@ -31,7 +32,7 @@ def policy_for(mode: str, boundaries: tuple[int, ...] | None = None) -> CachePol
     exe = Program(mb.build(), {"jit": False}).function("f")
     (region,) = analyze_executable(exe).regions
     plan = plan_keys(region_io(region, exe.info, def_use(exe.info)), exe.info)
-    return CachePolicy(JitSettings(cache_mode=mode, bucket_boundaries=boundaries), plan)
+    return CachePolicy(JitOptions(cache_mode=mode, bucket_boundaries=boundaries), plan)
 
 
 def test_the_key_reads_each_symbol_once() -> None:

@@ -9,8 +9,9 @@ import msvm as ms
 from msvm.bytecode import ModuleBuilder, RegRef
 from msvm.frontend import Tensor, jit
 from msvm.interpreter import Program
-from msvm.msjit.cache import CachePolicy, JitSettings, plan_keys
+from msvm.msjit.cache import CachePolicy, plan_keys
 from msvm.msjit.regions import analyze_executable, build_function, def_use, region_io
+from msvm.options import JitOptions
 from msvm.verifier import verify_module
 
 
@@ -76,7 +77,7 @@ def test_region_inputs_outputs_and_standalone_functions() -> None:
         plan = plan_keys(io, exe.info)
         key = tuple(((5, 8) if kind == "tensor" else 3) for kind, _ in plan.components)
         for mode in ("exact", "bucket"):
-            policy = CachePolicy(JitSettings(cache_mode=mode, bucket_boundaries=(8,)), plan)
+            policy = CachePolicy(JitOptions(cache_mode=mode, bucket_boundaries=(8,)), plan)
             specs, scalars, bounds = policy.parameters(policy.cache_key(key), key)
             module = build_function(region, io, exe.info, exe.program.module, specs, scalars, "r")
             verify_module(module)

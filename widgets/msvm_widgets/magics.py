@@ -18,9 +18,9 @@ from IPython.display import display
 from msvm import vm
 from msvm.bytecode.text import assemble
 from msvm.errors import MsvmError, VerifyError
-from msvm.frontend.jitfunction import CACHE_MODES, JitOptions
 from msvm.interpreter import Program
 from msvm.observe.trace import TRACE, TraceEvent
+from msvm.options import CACHE_MODES, JitOptions
 from msvm.verifier import check_module
 
 from . import theme
