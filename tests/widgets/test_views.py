@@ -103,6 +103,8 @@ def test_timeline_draws_trace_events_in_lanes_by_mode() -> None:
     assert set(interp.y) == {"execution"}
     assert interp.orientation == "h" and min(interp.base) == 0.0
     assert interp.customdata[2][1] == "msvm://bc/0x0002" and interp.customdata[2][3] == "slice"
+    calls = [(c, e) for c, e in zip(interp.customdata, events) if e.opcode == "OP_CALL"]
+    assert calls and all(e.reason and c[7] == f" ({e.reason})" for c, e in calls)  # why that variant
     assert "27 events" in view.header.value
     assert_bundle(view, "slice")
 

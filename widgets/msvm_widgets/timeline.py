@@ -2,7 +2,8 @@
 
 Why horizontal ``go.Bar`` (``base`` = start, ``x`` = duration) on a numeric µs axis: instruction
 latencies are µs to ns, and ``px.timeline`` rounds to whole milliseconds (JUPYTER.md). Bars are
-coloured by mode (interpreted, JIT, compile) and hover shows pc, opcode, op, kernel variant and shape.
+coloured by mode (interpreted, JIT, compile) and hover shows pc, opcode, op, kernel variant (and why the
+scheduler chose it) and shape.
 A live timeline follows the core's trace recorder; events arrive on the VM/JIT threads and reach the
 figure only through the update pump, in one ``batch_update`` per tick.
 """
@@ -28,7 +29,7 @@ MODES = (("interp", "interpreted", "#4c78a8"), ("jit", "JIT native", "#54a24b"),
          ("compile", "compile", "#f58518"))
 LANES = ("compiler", "execution")
 HOVER = ("%{customdata[0]} %{customdata[1]}<br>%{customdata[2]} %{customdata[3]}"
-         "<br>variant %{customdata[4]}<br>shape %{customdata[5]}"
+         "<br>variant %{customdata[4]}%{customdata[7]}<br>shape %{customdata[5]}"
          "<br>%{x:.2f} µs, starting at %{customdata[6]:.1f} µs<extra>%{fullData.name}</extra>")
 
 
@@ -126,7 +127,8 @@ class TraceTimeline(StaticFallback, widgets.VBox):
             col["x"].append(e.dur_ns / 1000.0)
             col["y"].append(lane_of(e))
             col["c"].append([e.function, format_address(e.address), e.opcode, e.op or "", e.variant or "-",
-                             "x".join(map(str, e.shape)) if e.shape is not None else "-", start])
+                             "x".join(map(str, e.shape)) if e.shape is not None else "-", start,
+                             f" ({e.reason})" if e.reason else ""])
         with self.figure.batch_update():
             for trace, (mode, _, _) in zip(self.figure.data, MODES):
                 col = columns[mode]
