@@ -380,7 +380,8 @@ def _op_section(op: Any, variants: Sequence[Any]) -> list[str]:
         else "as many outputs as the attributes say"
     )
     traits = ", ".join(f"`{t}`" for t in sorted(op.traits)) or "none"
-    kernels = f"kernels: {len(variants)} variants + `reference`" if variants else "kernels: `reference` only"
+    kernels = (f"kernels: {', '.join(f'`{v.name}`' for v in variants)} + `reference`" if variants
+               else "kernels: `reference` only")
     out = [
         "",
         f"#### `{op.name}`",

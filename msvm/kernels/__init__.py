@@ -1,4 +1,5 @@
-"""Fast kernel variants for conv2d, matmul and linear; importing this package registers them.
+"""Fast kernel variants for conv2d, matmul, linear, attention and the transcendental elementwise ops;
+importing this package registers them.
 
 Each variant is one row below: its ``when`` predicate and ``constraints`` say where it applies,
 ``flops``/``bytes`` feed the scheduler's cost model, and ``make(attrs)`` returns a kernel with the
@@ -19,7 +20,7 @@ process holds a core (see ``threads``) — the capability database should measur
 from __future__ import annotations
 
 from ..scheduler.variants import Variant, register_variant
-from . import conv_depthwise, conv_gemm, conv_nchwc, conv_winograd, matmul
+from . import attention, conv_depthwise, conv_gemm, conv_nchwc, conv_winograd, matmul
 from .conv_common import conv_bytes, conv_flops
 from .elementwise import VARIANTS as ELEMENTWISE_VARIANTS  # noqa: F401  (importing registers them)
 
@@ -55,6 +56,10 @@ VARIANTS = (
     Variant("linear", "small", matmul.make_linear_small, dtypes=FLOATS, when=matmul.applies_linear_small,
             constraints=f"rows, out and in features <= {matmul.SMALL_MAX_DIM}", kind="native",
             flops=matmul.linear_flops, bytes=matmul.linear_bytes),
+    Variant("scaled_dot_product_attention", "blas", attention.make, dtypes=FLOATS, when=attention.applies,
+            constraints="q, k, v with the same batch dims; no explicit attn_mask (is_causal is fine); "
+                        "needs BLAS",
+            kind="blas", flops=attention.flops, bytes=attention.nbytes),
 )
 
 for _variant in VARIANTS:

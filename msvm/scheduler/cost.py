@@ -79,6 +79,11 @@ CALIBRATION: dict[str, list[tuple[Shapes, dict[str, Any]]]] = {
         (((8, 384), (384, 384), (384,)), {}),
         (((96, 768), (768, 768), (768,)), {}),
     ],
+    "scaled_dot_product_attention": [
+        (((4, 32, 64), (4, 32, 64), (4, 32, 64)), {}),
+        (((4, 128, 64), (4, 128, 64), (4, 128, 64)), {"is_causal": True}),
+        (((8, 256, 32), (8, 256, 32), (8, 256, 32)), {}),
+    ],
 }
 # Elementwise ops: from a few vectors to a tensor well beyond the last-level cache.
 _ELEMENTWISE_SIZES = (((16, 16),), ((64, 128),), ((256, 512),), ((1024, 1024),))

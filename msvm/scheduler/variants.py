@@ -47,7 +47,8 @@ VARIANTS: dict[str, list[Variant]] = {}
 # (llvmlite's IR builder and every kernel generator), so the scheduler imports it only when one of
 # these ops is bound: a program without them never pays for it. Tests check this set against what
 # the package registers.
-KERNEL_OPS = frozenset({"conv2d", "matmul", "linear", "exp", "log", "tanh", "sigmoid", "silu", "gelu"})
+KERNEL_OPS = frozenset({"conv2d", "matmul", "linear", "scaled_dot_product_attention", "exp", "log", "tanh",
+                        "sigmoid", "silu", "gelu"})
 
 
 def register_variant(variant: Variant) -> Variant:
