@@ -8,6 +8,7 @@ name the bytecode address, the opcode, the source line and the shapes involved.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import weakref
@@ -77,6 +78,7 @@ class Executable:
         self.by_address = {s.address: s for s in self.steps}
         self._bound_for = binding_settings()  # kernel policy, device, fallback, memory reuse
         self.seen: dict[tuple, dict[int, tuple[int, ...]]] = {}
+        self._sized: dict[frozenset, list[tuple[Step, Any, int, bool]]] = {}  # see ``check_signature``
         _LIVE.add(self)
         self._generated: Generated | None = None
         self._traced: Generated | None = None
@@ -182,24 +184,31 @@ class Executable:
         return created
 
     def check_signature(self, args: tuple) -> dict[int, tuple[int, ...]]:
-        """Validate inputs and limits; returns the evaluated shapes of TENSOR_CREATE -1 zeros."""
+        """Validate inputs and limits; returns the evaluated shapes of TENSOR_CREATE -1 zeros.
+
+        Which registers are statically sized depends only on which symbols the inputs bind, so that
+        list is built once per set of bound symbols: a new signature (every call of a stream of
+        lengths) then costs one evaluation per sized register, not a walk over the whole function.
+        """
         bindings = self.bind_inputs(args)
+        bound = frozenset(bindings)
+        sized = self._sized.get(bound)
+        if sized is None:
+            sized = self._sized[bound] = [
+                (step, t.shape, np.dtype(t.dtype).itemsize,
+                 step.ins.name == "TENSOR_CREATE" and step.ins["arg"] == -1)
+                for step in self.steps for r in step.ins.writes()
+                if isinstance(t := self.info.types[r], TensorType)
+                and not any(d.is_unknown or not d.free_symbols <= bound for d in t.shape)
+            ]  # the others are sized at run time: checked where they are allocated
         created: dict[int, tuple[int, ...]] = {}
         total = 0
-        for step in self.steps:
-            ins = step.ins
-            for r in ins.writes():
-                t = self.info.types[r]
-                if not isinstance(t, TensorType):
-                    continue
-                dims = t.shape
-                if any(d.is_unknown or not d.free_symbols <= bindings.keys() for d in dims):
-                    continue  # sized at run time: checked where it is allocated
-                shape = dims.evaluate(bindings)
-                check_size(step.address, shape, np.dtype(t.dtype).itemsize, step.opname)
-                total += int(np.prod(shape, dtype=object)) * np.dtype(t.dtype).itemsize
-                if ins.name == "TENSOR_CREATE" and ins["arg"] == -1:
-                    created[step.address] = shape
+        for step, dims, itemsize, zeros in sized:
+            shape = dims.evaluate(bindings)
+            check_size(step.address, shape, itemsize, step.opname)
+            total += math.prod(shape) * itemsize
+            if zeros:
+                created[step.address] = shape
         if total > CONTEXT.max_call_bytes:
             raise ResourceLimitError(
                 f"{self.name} would allocate {total:,} bytes for these inputs, over "

@@ -249,6 +249,7 @@ class Dispatcher:
         self.address = address
         self.pooled = pooled  # large outputs of kernels taking ``out=`` come from the pool
         self.decisions: dict[Any, Choice] = {}
+        self.classes: dict[Any, tuple[Variant | None, str]] = {}  # shape class -> cost-model pick
         self._kernels: dict[str, Callable[..., Any]] = {}
         self._tls = threading.local()
         self._lock = threading.Lock()
@@ -283,13 +284,28 @@ class Dispatcher:
 
     def forget(self) -> None:
         self.decisions.clear()
+        self.classes.clear()
 
     # -- deciding ----------------------------------------------------------------------------------
     def decide(self, key: Any, arrays: Sequence[np.ndarray], dyn: Mapping[str, Any]) -> Choice:
-        """Pick the kernel for one new shape class and remember it."""
+        """Pick the kernel for one new shape and remember it.
+
+        Under the cost model, the shapes of one class (``shape_class``) share a pick while it applies
+        to them: the model is smooth in the sizes, and a stream of lengths would otherwise pay for a
+        pick (estimates of every candidate, ≈ 0.2 ms per site) on every call.
+        """
         shapes = tuple(tuple(a.shape) for a in arrays)
         attrs = {**self.static, **dyn}
-        variant, reason = self._pick(shapes, attrs, arrays, dyn)
+        cls = (shape_class(shapes), tuple(dyn.items())) if CONTEXT.kernel_policy == "cost" else None
+        shared = self.classes.get(cls) if cls is not None else None
+        if shared is not None and (shared[0] is None or _applies(shared[0], shapes, attrs)):
+            variant, reason = shared
+        else:
+            variant, reason = self._pick(shapes, attrs, arrays, dyn)
+            if cls is not None:
+                if len(self.classes) >= _MAX_SHAPES_PER_SITE:
+                    self.classes.clear()
+                self.classes[cls] = variant, f"{reason} [shape class of {_fmt_shapes(shapes)}]"
         choice = self._choice(variant, reason, arrays, attrs)
         if len(self.decisions) >= _MAX_SHAPES_PER_SITE:
             self.decisions.clear()
@@ -395,6 +411,11 @@ class Dispatcher:
 
 def _name(variant: Variant | None) -> str:
     return REFERENCE if variant is None else variant.name
+
+
+def shape_class(shapes: Sequence[tuple[int, ...]]) -> tuple:
+    """The shapes with every dim above 16 rounded up to a power of two (dims up to 16 stay exact)."""
+    return tuple(tuple(d if d <= 16 else 1 << (d - 1).bit_length() for d in s) for s in shapes)
 
 
 def _applies(variant: Variant, shapes: tuple, attrs: Mapping[str, Any]) -> bool:

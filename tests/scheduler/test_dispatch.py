@@ -57,6 +57,35 @@ def test_decision_is_cached_per_shape(fake_variants, monkeypatch):
     assert len(matmul_step(fn).dispatcher.decisions) == 2
 
 
+def test_cost_picks_are_shared_within_a_shape_class(fake_variants, monkeypatch):
+    fast = Counting("matmul", "fast", MATMUL, when=lambda s, a: s[0][0] != 100)
+    slow = Counting("matmul", "slow", MATMUL)
+    fake_variants("matmul", [slow, fast])
+    calibrated("matmul", {"fast": (100.0, 1.0), "slow": (1.0, 1.0), "reference": (1.0, 50.0)})
+    pick, picked = Dispatcher._pick, []
+
+    def counted(self, shapes, *args):
+        picked.append(shapes)
+        return pick(self, shapes, *args)
+
+    monkeypatch.setattr(Dispatcher, "_pick", counted)
+    fn = matmul_program()
+    b = rand(8, 8)
+    for m in (65, 90, 128, 100, 129):  # 65..128 are one class; fast does not apply to 100; 129 is the next
+        a = rand(m, 8)
+        np.testing.assert_allclose(fn(a, b), a @ b, rtol=1e-5)
+    assert [shapes[0][0] for shapes in picked] == [65, 100, 129]
+    site = matmul_step(fn).dispatcher
+    assert len(site.decisions) == 5 and (fast.calls, slow.calls) == (4, 1)
+    shared = site.decisions[((90, 8), (8, 8))]
+    assert shared.variant == "fast" and shared.reason.endswith("[shape class of 65x8, 8x8]")
+    set_context(kernel_policy="autotune")  # measuring is per exact shape: no sharing
+    picked.clear()
+    for m in (65, 90):
+        fn(rand(m, 8), b)
+    assert [shapes[0][0] for shapes in picked] == [65, 90]
+
+
 def test_dtype_must_match_for_a_variant_to_be_bound(fake_variants):
     only64 = Counting("matmul", "only64", MATMUL, dtypes=("float64",))
     fake_variants("matmul", [only64])
