@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .llvm import NativeLibrary, build_object, load_object, target_identity
 
+MAX_FILES = 256  # a few dozen per msvm version; ~25 KB each
 _MAGIC = b"MSVMOBJ1"
 _DIGEST = 32  # sha256 of the object bytes, after the magic
 
@@ -91,3 +92,14 @@ def _write(path: Path, obj: bytes) -> None:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        return
+    _prune(path.parent)
+
+
+def _prune(folder: Path) -> None:
+    """Delete all but the ``MAX_FILES`` most recently written object files in ``folder``."""
+    with contextlib.suppress(OSError):
+        files = sorted(folder.glob("*.o"), key=lambda f: f.stat().st_mtime, reverse=True)
+        for old in files[MAX_FILES:]:
+            with contextlib.suppress(OSError):
+                old.unlink()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 
 import pytest
 
@@ -78,3 +79,19 @@ def test_an_unwritable_cache_only_costs_a_compile(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # a file where the directory should be
     builds = Builds()
     assert answer(objcache.cached_library(("answer", 1), builds, "answer")) == 42
+
+
+def test_the_folder_keeps_the_most_recent_files(monkeypatch):
+    monkeypatch.setattr(objcache, "MAX_FILES", 3)
+    builds = Builds()
+    for n in range(5):
+        objcache.cached_library(("answer", n), builds, "answer")
+        path = objcache.object_path(("answer", n))
+        os.utime(path, (1000 + n, 1000 + n))  # written one after another
+
+    def kept() -> set[int]:
+        return {n for n in range(6) if objcache.object_path(("answer", n)).exists()}
+
+    assert kept() == {2, 3, 4}
+    objcache.cached_library(("answer", 5), builds, "answer")
+    assert kept() == {3, 4, 5}
