@@ -10,7 +10,7 @@ import pytest
 from llvmlite import ir
 
 from msvm.native import llvm, mathlib
-from msvm.native.irhelpers import FLOAT_TYPES, I64, VOID, define, for_range, gep
+from msvm.native.irhelpers import FLOAT_TYPES, I64, LANES, VOID, define, for_range, gep, load_vec, store_vec
 
 # Documented bounds: ulp for float32 (vs the float64 reference rounded to float32), relative
 # error for float64 (normal results; subnormal ones are checked absolutely).
@@ -31,6 +31,40 @@ def lib() -> llvm.NativeLibrary:
                 b.store(b.call(mathlib.math_function(module, name, typ), [value]), gep(b, a["y"], i))
             b.ret_void()
     return llvm.compile_ir(str(module), "mathlib_test")
+
+
+@pytest.fixture(scope="module")
+def vector_erf() -> llvm.NativeLibrary:
+    """erf over whole vectors of LANES[dtype] elements (the way the kernels call it), n a multiple."""
+    module = ir.Module("mathlib_vector_test")
+    for dtype, typ in FLOAT_TYPES.items():
+        width = LANES[dtype]
+        _, b, a = define(module, f"erf_{dtype}", VOID, [("x", typ.as_pointer()), ("y", typ.as_pointer()),
+                                                         ("n", I64)], noalias=("x", "y"))
+        with for_range(b, 0, a["n"], width) as i:
+            value = load_vec(b, gep(b, a["x"], i), width)
+            store_vec(b, b.call(mathlib.math_function(module, "erf", value.type), [value]), gep(b, a["y"], i))
+        b.ret_void()
+    return llvm.compile_ir(str(module), "mathlib_vector_test")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_erf_vectors_whose_lanes_take_different_branches(vector_erf: llvm.NativeLibrary, dtype: str) -> None:
+    """erf skips its erfc branch when every lane is below 2: vectors all below, all above, mixed, and
+    with NaN or ±inf in an otherwise small vector must all be exact."""
+    width, rng = LANES[dtype], np.random.default_rng(11)
+    small = rng.uniform(-1.99, 1.99, (400, width))
+    large = rng.uniform(2.0, 7.0, (400, width)) * rng.choice([-1, 1], (400, width))
+    mixed = np.where(rng.random((400, width)) < 0.2, large, small)
+    special = small[:3].copy()
+    special[0, 1], special[1, width - 1], special[2, 0] = np.nan, np.inf, -np.inf
+    edges = [[2.0] * width, [-1.9999] * width]
+    x = np.concatenate([small, large, mixed, special, edges]).astype(dtype).ravel()
+    y = _apply(vector_erf, "erf", x)
+    ref = _reference("erf", x)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    tol = 3e-7 if dtype == "float32" else 1e-15
+    np.testing.assert_allclose(y[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=tol, atol=tol)
 
 
 def _apply(lib: llvm.NativeLibrary, name: str, x: np.ndarray) -> np.ndarray:
