@@ -20,7 +20,8 @@ import numpy as np
 from ..native import blas
 from ..ops.registry import Kernel, get_op
 from .elementwise import unary
-from .matmul import _float_name, matmul_blas, matmul_plan
+from .matmul import matmul_blas, matmul_plan
+from .native import common_float_name
 
 
 def _dims(shapes: Sequence[tuple[int, ...]]) -> tuple[int, int, int, int, int] | None:
@@ -64,7 +65,7 @@ def make(attrs: Mapping[str, Any]) -> Kernel:
 
     def kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray,
                attn_mask: np.ndarray | None = None) -> np.ndarray:
-        name = _float_name(q, k, v)
+        name = common_float_name(q, k, v)
         entry = blas.best_gemm(name) if name else None
         if entry is None or attn_mask is not None or _dims((q.shape, k.shape, v.shape)) is None:
             return reference(q, k, v, attn_mask, is_causal=is_causal, scale=scale)

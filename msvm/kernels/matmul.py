@@ -48,7 +48,7 @@ from ..native.irhelpers import (
 )
 from ..ops.registry import Kernel, get_op
 from .native import I64 as C_I64
-from .native import PTR, float_name, native_function, ptr
+from .native import PTR, common_float_name, float_name, native_function, ptr
 
 SMALL_MAX_DIM = 32  # ``small`` applies when M, N and K are all at most this
 _BATCHED_ARGS = [C_I64, C_I64, PTR, PTR, PTR, PTR, PTR] + [C_I64] * 7
@@ -402,20 +402,12 @@ def applies_linear_small(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, 
     return dims is not None and max(dims) <= SMALL_MAX_DIM
 
 
-def _float_name(*arrays: np.ndarray | None) -> str | None:
-    """The common float dtype's name when all given arrays share one, else None."""
-    name = float_name(arrays[0].dtype)
-    if name is None or any(a is not None and a.dtype != arrays[0].dtype for a in arrays[1:]):
-        return None
-    return name
-
-
 def make_matmul_blas(attrs: Mapping[str, Any]) -> Kernel:
     """``matmul``'s ``blas`` kernel: ``kernel(a, b)`` like the reference."""
     fallback = get_op("matmul").kernel
 
     def kernel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        name = _float_name(a, b)
+        name = common_float_name(a, b)
         entry = blas.best_gemm(name) if name else None
         plan = matmul_plan(a.shape, a.strides, b.shape, b.strides, a.itemsize)
         if entry is None or plan is None:
@@ -431,7 +423,7 @@ def make_matmul_small(attrs: Mapping[str, Any]) -> Kernel:
 
     def kernel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         plan = matmul_plan(a.shape, a.strides, b.shape, b.strides, a.itemsize, contiguous=True)
-        if _float_name(a, b) is None or plan is None:
+        if common_float_name(a, b) is None or plan is None:
             return fallback(a, b)
         return matmul_small(a, b, plan)
 
@@ -443,7 +435,7 @@ def make_linear_blas(attrs: Mapping[str, Any]) -> Kernel:
     fallback = get_op("linear").kernel
 
     def kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-        name = _float_name(x, w, b)
+        name = common_float_name(x, w, b)
         entry = blas.best_gemm(name) if name else None
         shapes = (x.shape, w.shape) if b is None else (x.shape, w.shape, b.shape)
         if entry is None or _linear_mnk(shapes) is None:
@@ -459,7 +451,7 @@ def make_linear_small(attrs: Mapping[str, Any]) -> Kernel:
 
     def kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         shapes = (x.shape, w.shape) if b is None else (x.shape, w.shape, b.shape)
-        if _float_name(x, w, b) is None or _linear_mnk(shapes) is None:
+        if common_float_name(x, w, b) is None or _linear_mnk(shapes) is None:
             return fallback(x, w) if b is None else fallback(x, w, b)
         y = matmul_small(x.reshape(-1, w.shape[1]), w.T).reshape(*x.shape[:-1], w.shape[0])
         if b is not None:

@@ -86,6 +86,14 @@ def float_name(dtype: np.dtype) -> str | None:
     return DTYPE_NAMES.get(dtype)
 
 
+def common_float_name(*arrays: np.ndarray | None) -> str | None:
+    """The float dtype's name when all given arrays (None: absent) share one, else None."""
+    name = float_name(arrays[0].dtype)
+    if name is None or any(a is not None and a.dtype != arrays[0].dtype for a in arrays[1:]):
+        return None
+    return name
+
+
 class Frame:
     """The argument block of a native *job* (``void job(i64* frame)``): one i64 per named field.
 
