@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from llvmlite import ir
 
@@ -152,8 +153,9 @@ class Slot:
 
 @contextmanager
 def for_range(builder: ir.IRBuilder, start: ir.Value | int, stop: ir.Value | int, step: ir.Value | int = 1,
-              name: str = "i") -> Iterator[ir.Value]:
-    """``for i in range(start, stop, step)`` (step > 0); the body is the ``with`` block."""
+              name: str = "i", loop_md: Any = None) -> Iterator[ir.Value]:
+    """``for i in range(start, stop, step)`` (step > 0); the body is the ``with`` block. ``loop_md``:
+    an ``llvm.loop`` metadata node for the back edge (hints to the unroller and vectoriser)."""
     start = i64(start) if isinstance(start, int) else start
     stop = i64(stop) if isinstance(stop, int) else stop
     step = i64(step) if isinstance(step, int) else step
@@ -169,7 +171,9 @@ def for_range(builder: ir.IRBuilder, start: ir.Value | int, stop: ir.Value | int
     builder.position_at_end(body)
     yield index
     index.add_incoming(builder.add(index, step, name=f"{name}.next", flags=("nsw",)), builder.block)
-    builder.branch(head)
+    back = builder.branch(head)
+    if loop_md is not None:
+        back.set_metadata("llvm.loop", loop_md)
     builder.position_at_end(done)
 
 

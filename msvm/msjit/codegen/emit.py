@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from ...native.irhelpers import Slot, for_each_chunk
+from ...native.irhelpers import Slot, for_each_chunk, for_range
 from ...shapes import Dim
 from . import dims
 from .buffers import Buffer
@@ -205,23 +205,9 @@ def counted_loop(
     nest: fully unrolling small constant outer loops multiplies the vectorised inner loop and costs
     seconds of compile time for nothing); ``interleave`` asks the vectoriser to run that many vector
     iterations side by side."""
-    b = fb.b
-    pre = b.block
-    head = b.append_basic_block(f"{name}.head")
-    body = b.append_basic_block(f"{name}.body")
-    done = b.append_basic_block(f"{name}.done")
-    b.branch(head)
-    b.position_at_end(head)
-    index = b.phi(I64, name=name)
-    index.add_incoming(start, pre)
-    b.cbranch(b.icmp_signed("<", index, stop), body, done)
-    b.position_at_end(body)
-    yield index
-    index.add_incoming(b.add(index, ir.Constant(I64, 1), name=f"{name}.next", flags=("nsw",)), b.block)
-    back = b.branch(head)
-    if not unroll or interleave:
-        back.set_metadata("llvm.loop", fb.em.loop_id(unroll, interleave))
-    b.position_at_end(done)
+    loop_md = fb.em.loop_id(unroll, interleave) if not unroll or interleave else None
+    with for_range(fb.b, start, stop, name=name, loop_md=loop_md) as index:
+        yield index
 
 
 def loop_nest(
