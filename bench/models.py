@@ -30,6 +30,7 @@ class Workload:
     bytes: Callable[[tuple[np.ndarray, ...]], float]
     torch: Callable[..., Any] | None = None  # torch_fn(*tensors)
     modes: tuple[str, ...] = ("exact",)  # JIT cache modes worth showing
+    also_steady: tuple[tuple[str, tuple[np.ndarray, ...]], ...] = ()  # (label, input) measured too
     notes: list[str] = field(default_factory=list)
 
 
@@ -279,6 +280,7 @@ def workloads(torch_ok: bool) -> list[Workload]:
         lambda a: 4.0 * a[0].size,
         torch_cnn(cnn_p) if torch_ok else None,
         modes=("exact", "bucket", "adaptive"),
+        also_steady=(("batch 1", _stream([(1, 3, 64, 64)], 12)[0]),),
     )
     mlp_p = mlp_params()
     rows = [1, 16, 64, 256, 16, 1, 256, 64] * 2
