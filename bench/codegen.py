@@ -29,8 +29,7 @@ from msvm.msjit.codegen import CompiledRegion, compile_region
 from msvm.native.blas import best_sgemm
 
 from .harness import fmt_ratio, fmt_time, measure, optional_import, table
-
-CHAIN_OPS = ("add", "mul", "sub", "maximum")
+from .interpreter import chain_module
 
 
 def w5_module(rows: int = 4096, cols: int = 1024):
@@ -45,15 +44,8 @@ def w5_module(rows: int = 4096, cols: int = 1024):
 
 
 def w6_module(n_ops: int = 200):
-    mb = ModuleBuilder("w6")
-    f = mb.function("f", ["x", "y"])
-    x = f.tensor_input(0, "[8, 8]", "float32")
-    y = f.tensor_input(1, "[8, 8]", "float32")
-    r = x
-    for i in range(n_ops):
-        r = f.call(CHAIN_OPS[i % len(CHAIN_OPS)], [r, y])
-    f.ret(r)
-    return mb.build()
+    """W6: the interpreter suite's chain of binary ops, on static 8×8 tensors."""
+    return chain_module(n_ops, "[8, 8]")
 
 
 def w6_shared_module(steps: int = 50):

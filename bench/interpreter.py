@@ -34,12 +34,12 @@ from .harness import fmt_ratio, fmt_time, measure, optional_import, table
 CHAIN_OPS = ("add", "mul", "sub", "maximum")
 
 
-def chain_module(n_ops: int):
-    """x, y → ((x op0 y) op1 y) … : n_ops binary OP_CALLs on [N, 8] tensors."""
+def chain_module(n_ops: int, shape: str = "[N, 8]"):
+    """x, y → ((x op0 y) op1 y) … : n_ops binary OP_CALLs on tensors of ``shape``."""
     mb = ModuleBuilder("chain")
     f = mb.function("f", ["x", "y"])
-    x = f.tensor_input(0, "[N, 8]", "float32")
-    y = f.tensor_input(1, "[N, 8]", "float32")
+    x = f.tensor_input(0, shape, "float32")
+    y = f.tensor_input(1, shape, "float32")
     r = x
     for i in range(n_ops):
         r = f.call(CHAIN_OPS[i % len(CHAIN_OPS)], [r, y])
