@@ -1,12 +1,13 @@
 """The background compiler: one thread that turns queued cache entries into native code.
 
 Why a thread *and* a process: the thread keeps compiling off the execution thread, which only enqueues
-and keeps interpreting; LLVM runs in the compile worker process (``msvm.native.worker``), so an LLVM
-crash or hang costs one compile, not the user's Python process or Jupyter kernel. A crash, a timeout
-(``ms.set_context(compile_timeout_ms=…)``: the worker is killed and restarted) or any exception of the
-code generator marks the entry ``fallback`` with the reason; its region keeps running interpreted and
-is not compiled again for that key. The Python half of code generation runs on this thread and
-cannot be killed, so the timeout bounds the LLVM half only.
+and keeps interpreting; lowering and LLVM run in the compile worker process (``msvm.native.worker``),
+so an LLVM crash or hang costs one compile, not the user's Python process or Jupyter kernel, and the
+20–50 ms of Python that lowering a region costs never holds this process's GIL beside the user's
+calls. This thread only builds and verifies the region function, sends it, and loads and binds what
+comes back. A crash, a timeout (``ms.set_context(compile_timeout_ms=…)``: the worker is killed and
+restarted) or any exception of the code generator marks the entry ``fallback`` with the reason; its
+region keeps running interpreted and is not compiled again for that key.
 
 Phases, each timed and visible (``phase_ms``, monitor ``phase`` events, trace events of mode
 "compile" when tracing): ``queue`` (waiting), ``region`` (the standalone region function, verified),
@@ -59,6 +60,12 @@ class _Worker:
         if self._inject is not None:
             options["inject"] = self._inject
         return self._worker.compile(ir, CONTEXT.compile_timeout_ms / 1000.0, **options)
+
+    def call(self, target: str, header: dict[str, Any], payload: bytes = b"", timeout_s: float | None = None
+             ) -> Any:
+        del timeout_s  # compile_timeout_ms decides
+        return self._worker.call(target, header, payload, CONTEXT.compile_timeout_ms / 1000.0,
+                                 inject=self._inject)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._worker, name)

@@ -141,6 +141,14 @@ class NativeLibrary:
             self._addresses[symbol] = addr
         return addr
 
+    def global_address(self, symbol: str) -> int:
+        """The address of the global variable ``symbol``; KeyError when the library does not define it."""
+        with LLVM_LOCK:
+            addr = self._engine.get_global_value_address(symbol)
+        if not addr:
+            raise KeyError(f"{self.name}: no global {symbol!r}")
+        return addr
+
     def ctypes_function(self, symbol: str, restype: Any, argtypes: Sequence[Any]) -> Any:
         """``symbol`` as a ctypes function (it releases the GIL while native code runs)."""
         fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address(symbol))

@@ -5,7 +5,10 @@ The worker (a Python process that imports only this module and ``llvm``, started
 stdin and answers on stdout. A message is a frame: two big-endian u32 lengths (JSON header, raw
 payload), the UTF-8 JSON header, then the payload. Nothing is pickled. A compile request carries the
 IR text as payload; the answer carries the object code, optimised IR and assembly back to back
-(their lengths in the header; the last two only when asked for), or an error text.
+(their lengths in the header; the last two only when asked for), or an error text. A ``call``
+request runs a function of the msvm package in the worker, ``fn(header, payload) -> (header,
+[blocks])``: how the JIT lowers regions there, so that its Python runs outside the user's process
+(the worker imports the code generator on its first such call).
 
 ``CompileWorker`` is the parent's client: started lazily (or early and in the background by
 ``prestart``), thread-safe (one request at a time), and self-healing — when the worker dies
@@ -75,6 +78,8 @@ class WorkerResult:
     exit_code: int | None = None  # the worker's exit status when it died
     signal: str | None = None  # e.g. "SIGABRT" when a signal killed it
     wall_ms: float = 0.0  # round trip seen by the parent
+    reply: dict[str, Any] = field(default_factory=dict)  # a ``call``'s answer header
+    payload: bytes = b""  # and its blocks, back to back
 
     @property
     def ok(self) -> bool:
@@ -138,6 +143,21 @@ class CompileWorker:
         result.wall_ms = (time.perf_counter() - t0) * 1e3
         return result
 
+    def call(self, target: str, header: dict[str, Any], payload: bytes = b"", timeout_s: float = 60.0, *,
+             inject: str | None = None) -> WorkerResult:
+        """Run ``target`` (``"msvm.module:function"``) in the worker on ``(header, payload)``; its answer is
+        in ``reply``/``payload``, the compile times it reports (``times``) in ``times``."""
+        if not target.startswith("msvm."):
+            raise ValueError(f"the worker only runs msvm functions, not {target!r}")
+        if inject is not None and inject not in INJECTIONS:
+            raise ValueError(f"inject must be one of {INJECTIONS}, got {inject!r}")
+        t0 = time.perf_counter()
+        with self._lock:
+            request = {"op": "call", "target": target, "args": header, "inject": inject}
+            result = self._request(request, payload, timeout_s)
+        result.wall_ms = (time.perf_counter() - t0) * 1e3
+        return result
+
     def close(self) -> None:
         """Stop the worker (it is restarted by the next ``compile``)."""
         with self._lock:
@@ -180,6 +200,8 @@ class CompileWorker:
         times = CompileTimes(**head.get("times", {}))
         if not head.get("ok"):
             return WorkerResult(error=head.get("error", "unknown worker error"), times=times)
+        if header["op"] == "call":
+            return WorkerResult(times=times, reply=head, payload=data)
         n_obj, n_ir = head["object_len"], head["ir_len"]
         return WorkerResult(object_code=data[:n_obj], optimized_ir=data[n_obj:n_obj + n_ir].decode(),
                             asm=data[n_obj + n_ir:].decode(), times=times)
@@ -308,6 +330,10 @@ def _serve(inp: BinaryIO, out: BinaryIO) -> None:
                     time.sleep(3600)
             elif inject == "error":
                 raise RuntimeError("injected error")
+            if header.get("op") == "call":
+                answer, blocks = _run(header["target"], header.get("args", {}), payload)
+                write_frame(out, {**answer, **reply, "ok": True}, b"".join(blocks))
+                continue
             build = llvm.build_object(payload.decode(), header.get("name", "module"),
                                       opt_level=int(header.get("opt_level", 3)),
                                       unroll=bool(header.get("unroll", True)),
@@ -321,10 +347,20 @@ def _serve(inp: BinaryIO, out: BinaryIO) -> None:
                           "times": build.times.as_dict()}, build.object_code + ir_bytes + asm_bytes)
 
 
+def _run(target: str, args: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
+    import importlib
+
+    module, _, function = target.partition(":")
+    if not module.startswith("msvm."):
+        raise ValueError(f"the worker only runs msvm functions, not {target!r}")
+    return getattr(importlib.import_module(module), function)(args, payload)
+
+
 # How the parent starts a worker (``python -c _BOOTSTRAP <path of msvm> <nice>``): it lowers its own
 # priority first (where that is not permitted it competes at ours); the packages ``msvm`` and
 # ``msvm.native`` are entered as bare namespaces, so the worker imports llvmlite and this module only —
-# not ``msvm/__init__``, which loads the whole VM and would double the worker's start-up time.
+# not ``msvm/__init__``, which loads the whole VM and would double the worker's start-up time (a ``call``
+# imports what its function needs, the code generator for the JIT, on first use).
 _BOOTSTRAP = """
 import os, sys, types
 try:

@@ -23,7 +23,7 @@ class Buffer:
     dtype: str
     shape: Shape
     name: str
-    index: int = -1  # input: bytecode argument number; output: position among the outputs
+    index: int = -1  # input: bytecode argument; output: position among the outputs; const: among the plan's
     array: np.ndarray | None = field(default=None, repr=False)  # const: the data (kept alive by the region)
     alias: Buffer | None = field(default=None, repr=False)
     offset: int = 0  # arena: byte offset from the memory plan

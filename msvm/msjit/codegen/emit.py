@@ -26,7 +26,7 @@ from llvmlite import ir
 
 from ...native.irhelpers import Slot, for_each_chunk, for_range
 from ...shapes import Dim
-from . import dims
+from . import dims, externs
 from .buffers import Buffer
 from .dtypes import I1, I8, I32, I64, STORAGE, from_storage, to_storage
 from .kernels import CHUNKS_PER_THREAD, PARALLEL_MIN, THREADS, Kernel
@@ -104,6 +104,7 @@ class FnBuilder:
         self.b = ir.IRBuilder(self._body)
         self._dims: dict[Dim, ir.Value] = {}
         self._ptrs: dict[Buffer, ir.Value] = {}
+        self._externs: dict[externs.Key, ir.Value] = {}
         self._memo: list[dict] = [{}]
         self._err: ir.Value | None = None
         self.split_extent: Dim | None = None  # extent of the loop that ``[lo, hi)`` restricts
@@ -116,6 +117,13 @@ class FnBuilder:
         value = self._dims.get(d)
         if value is None:
             value = self._dims[d] = dims.emit(self.head, d, self.params)
+        return value
+
+    def extern(self, key: externs.Key) -> ir.Value:
+        """The address ``key`` names (``externs``), as i64, loaded once in the entry block."""
+        value = self._externs.get(key)
+        if value is None:
+            value = self._externs[key] = self.em.extern(self.head, key)
         return value
 
     def ptr(self, buf: Buffer) -> ir.Value:
@@ -273,6 +281,15 @@ class ModuleEmitter:
         self.ranges = ranges  # param -> (min, max): a kernel never big enough at the bounds runs inline
         self._counter = itertools.count()
         self._disable = self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.unroll.disable")])
+        self.externs: dict[externs.Key, int] = {}  # key -> slot in the table at ``@msvm_externs``
+        self._table = ir.GlobalVariable(self.module, I64.as_pointer(), externs.GLOBAL)
+        self._table.initializer = ir.Constant(I64.as_pointer(), None)
+
+    def extern(self, b: ir.IRBuilder, key: externs.Key) -> ir.Value:
+        """Load the address ``key`` names from the extern table, at ``b`` (i64)."""
+        slot = self.externs.setdefault(key, len(self.externs))
+        table = b.load(self._table, name="externs")
+        return b.load(b.gep(table, [ir.Constant(I64, slot)], inbounds=True), name=f"{key[0]}{slot}")
 
     def loop_id(self, unroll: bool, interleave: int | None) -> ir.MDValue:
         """A fresh (distinct) loop ID: ``llvm.loop.unroll.disable`` unless ``unroll``, and the vectoriser's
@@ -409,14 +426,13 @@ class ModuleEmitter:
         b.ret(ir.Constant(I8P, None))
         return fn
 
-    @staticmethod
-    def _base(b: ir.IRBuilder, buf: Buffer, bases: dict[Buffer, ir.Value], arena: ir.Value) -> ir.Value:
+    def _base(self, b: ir.IRBuilder, buf: Buffer, bases: dict[Buffer, ir.Value], arena: ir.Value) -> ir.Value:
         if buf in bases:
             return bases[buf]
         if buf.kind == "arena":
             value = b.gep(arena, [ir.Constant(I64, buf.offset)], inbounds=True)
         elif buf.kind == "const":
-            value = ir.Constant(I64, buf.array.ctypes.data).inttoptr(I8P)
+            value = b.inttoptr(self.extern(b, ("const", buf.index)), I8P)
         else:
             raise AssertionError(f"buffer {buf} has no base pointer")
         bases[buf] = value

@@ -113,7 +113,7 @@ def call_gemm(
     m_, n_, k_, lda_, ldb_, ldc_ = ints
     if entry.abi == "cblas":
         fnty = ir.FunctionType(ir.VoidType(), [I32, I32, I32, it, it, it, ft, I8P, it, I8P, it, ft, I8P, it])
-        fn = b.inttoptr(ir.Constant(I64, entry.address), fnty.as_pointer())
+        fn = b.inttoptr(fb.extern(("gemm", entry.name)), fnty.as_pointer())
         flag = lambda t: ir.Constant(I32, CBLAS_TRANS if t else CBLAS_NO_TRANS)  # noqa: E731
         b.call(
             fn,
@@ -136,7 +136,7 @@ def call_gemm(
         )
         return
     fnty = ir.FunctionType(ir.VoidType(), [I8P] * 13)
-    fn = b.inttoptr(ir.Constant(I64, entry.address), fnty.as_pointer())
+    fn = b.inttoptr(fb.extern(("gemm", entry.name)), fnty.as_pointer())
 
     def ref(value: ir.Value) -> ir.Value:
         slot = Slot(b, value.type, value)

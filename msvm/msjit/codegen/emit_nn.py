@@ -27,7 +27,7 @@ from llvmlite import ir
 from ...kernels import conv_depthwise, conv_nchwc
 from ...kernels.conv_common import NO_EPILOGUE, Epilogue
 from ...kernels.native import Frame
-from ...kernels.threads import MIN_FLOPS_PER_THREAD, POOL
+from ...kernels.threads import MIN_FLOPS_PER_THREAD
 from ...native.irhelpers import LANES, Slot, for_range
 from ...shapes import Dim, as_dim
 from . import dtypes
@@ -483,12 +483,12 @@ class NativeConv(Kernel):
         work = g.n * g.c_out * g.oh * g.ow * (g.c_group * (2 * g.kh * g.kw))
         if self.kind == "nchwc":
             blocked = (self.x_border is not None, self.out_border is not None)
-            job = conv_nchwc.job_address(self.out.dtype, g.stride[1], *blocked)
+            job = ("conv_nchwc", self.out.dtype, g.stride[1], *blocked)
             frame = conv_nchwc.FRAME
             assert self.work is not None
             values |= {"scratch": fb.ptr(self.work), "slot_bytes": _i64(self.work.size // THREADS)}
         else:
-            frame, job = conv_depthwise.FRAME, conv_depthwise.job_address(self.out.dtype, g.stride[1])
+            frame, job = conv_depthwise.FRAME, ("conv_depthwise", self.out.dtype, g.stride[1])
             work = work * conv_depthwise.FLOPS_SCALE
         threads = b.sdiv(fb.dim(work), _i64(int(MIN_FLOPS_PER_THREAD)))
         threads = _max(b, _min(b, threads, _i64(THREADS)), _i64(1))
@@ -512,8 +512,9 @@ def _layout(what: str, border: int | None) -> str:
     return "" if border is None else f" NCHWc{what}" + (f"+{border}" if border else "")
 
 
-def run_job(fb: FnBuilder, frame: Frame, values: dict[str, ir.Value], job: int, threads: ir.Value) -> None:
-    """Fill ``frame``'s fields (absent ones 0) in this function's stack and run ``job`` on the job pool."""
+def run_job(fb: FnBuilder, frame: Frame, values: dict[str, ir.Value], job: tuple, threads: ir.Value) -> None:
+    """Fill ``frame``'s fields (absent ones 0) in this function's stack and run ``job`` (an extern key:
+    the kernel's ``job_address`` arguments) on the job pool."""
     b = fb.b
     block = Slot(b, ir.ArrayType(I64, len(frame.fields))).ptr
     base = b.gep(block, [_i64(0), _i64(0)], inbounds=True)
@@ -521,11 +522,10 @@ def run_job(fb: FnBuilder, frame: Frame, values: dict[str, ir.Value], job: int, 
         value = values.get(name, _i64(0))
         value = b.ptrtoint(value, I64) if value.type.is_pointer else value
         b.store(value, b.gep(base, [_i64(i)], inbounds=True))
-    run, state = POOL.entry()
     fnty = ir.FunctionType(ir.VoidType(), [I8P, I8P, I64.as_pointer(), I64])
     b.call(
-        b.inttoptr(_i64(run), fnty.as_pointer()),
-        [_i64(state).inttoptr(I8P), _i64(job).inttoptr(I8P), base, threads],
+        b.inttoptr(fb.extern(("pool", "run")), fnty.as_pointer()),
+        [b.inttoptr(fb.extern(("pool", "state")), I8P), b.inttoptr(fb.extern(job), I8P), base, threads],
     )
 
 

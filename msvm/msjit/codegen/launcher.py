@@ -13,6 +13,9 @@ violated guard, a run-time check failing inside the native code — raises ``Sha
 ``E-SHAPE-GUARD``; the runtime then runs the region interpreted, which reports user-facing errors.
 Non-contiguous inputs are copied to contiguous ones first. Outputs are fresh arrays; the arena comes
 from a free list, so concurrent calls (ctypes releases the GIL) never share one.
+
+What the launcher needs of a lowering is a ``LaunchSpec``: plain data, which the compile worker sends
+back as JSON (dims as their text) when the region was lowered there.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from __future__ import annotations
 import ctypes
 import operator
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...errors import ShapeError
-from ...shapes import Dim
+from ...ops.registry import Guard
+from ...shapes import Dim, parse_dim
 from . import dims
 from .emit import DATA_OFFSET
 from .plan import Plan
@@ -61,6 +66,65 @@ def _prepare_int(arg: int) -> Callable[[Any], int]:
     return prepare
 
 
+@dataclass
+class LaunchSpec:
+    """The calling convention of one compiled region, as the launcher checks and calls it."""
+
+    n_args: int  # bytecode arguments of the region function
+    inputs: list[tuple[int, tuple[Dim, ...], str]]  # tensor arguments in call order: (argument, spec, dtype)
+    outputs: list[tuple[int, str, tuple[Dim, ...]]]  # (position among the outputs, dtype, shape)
+    returns: list[int | Dim]  # per returned value: an output's position, or a scalar's symbolic value
+    params: list[str]  # run-time symbols, in call order
+    scalar_args: dict[int, str]  # bytecode argument number -> symbol
+    guards: list[Guard]
+    ranges: dict[str, tuple[float, float]]
+    exact: bool
+
+    @classmethod
+    def of(cls, plan: Plan, n_args: int) -> LaunchSpec:
+        return cls(
+            n_args,
+            [(b.index, tuple(plan.input_specs[b.index][0]), plan.input_specs[b.index][1])
+             for b in plan.inputs],
+            [(b.index, b.dtype, tuple(b.shape)) for b in plan.outputs],
+            [r.buffer.index if r.buffer is not None else r.scalar for r in plan.returns],
+            list(plan.params),
+            dict(plan.scalar_args),
+            list(plan.guards),
+            {p: (float(lo), float(hi)) for p, (lo, hi) in plan.ranges.items()},
+            plan.exact,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        text = lambda ds: [str(d) for d in ds]  # noqa: E731
+        return {
+            "n_args": self.n_args,
+            "inputs": [[i, text(spec), dtype] for i, spec, dtype in self.inputs],
+            "outputs": [[i, dtype, text(shape)] for i, dtype, shape in self.outputs],
+            "returns": [r if isinstance(r, int) else str(r) for r in self.returns],
+            "params": self.params,
+            "scalar_args": [[a, s] for a, s in self.scalar_args.items()],
+            "guards": [[str(g.a), str(g.b), g.what, g.broadcast] for g in self.guards],
+            "ranges": {p: [lo, hi] for p, (lo, hi) in self.ranges.items()},  # json writes inf as Infinity
+            "exact": self.exact,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LaunchSpec:
+        dims_of = lambda ds: tuple(parse_dim(t) for t in ds)  # noqa: E731
+        return cls(
+            d["n_args"],
+            [(i, dims_of(spec), dtype) for i, spec, dtype in d["inputs"]],
+            [(i, dtype, dims_of(shape)) for i, dtype, shape in d["outputs"]],
+            [r if isinstance(r, int) else parse_dim(r) for r in d["returns"]],
+            list(d["params"]),
+            {a: s for a, s in d["scalar_args"]},
+            [Guard(parse_dim(a), parse_dim(b), what, broadcast) for a, b, what, broadcast in d["guards"]],
+            {p: (float(lo), float(hi)) for p, (lo, hi) in d["ranges"].items()},
+            d["exact"],
+        )
+
+
 class ArenaPool:
     """Arenas of one size handed out to one call at a time (list pop/append are atomic)."""
 
@@ -75,17 +139,17 @@ class ArenaPool:
 
 
 def build_launcher(
-    plan: Plan, n_args: int, arena_bytes: int, address: int, address_obj: int, keep: Sequence[Any]
+    spec: LaunchSpec, arena_bytes: int, address: int, address_obj: int, keep: Sequence[Any]
 ) -> Callable[..., Any]:
-    """The launcher for a plan whose entry points are at ``address`` (raw) / ``address_obj`` (objects)."""
+    """The launcher for code whose entry points are at ``address`` (raw) / ``address_obj`` (objects)."""
     by_object = DATA_OFFSET is not None
-    n_tensors = len(plan.inputs) + len(plan.outputs)
+    n_tensors = len(spec.inputs) + len(spec.outputs)
     proto = ctypes.CFUNCTYPE(
-        ctypes.c_int32, *([ctypes.c_void_p] * (n_tensors + 1)), *([ctypes.c_int64] * len(plan.params))
+        ctypes.c_int32, *([ctypes.c_void_p] * (n_tensors + 1)), *([ctypes.c_int64] * len(spec.params))
     )
     fn = proto(address_obj if by_object else address)
     pool = ArenaPool(arena_bytes)
-    params = plan.params
+    params = spec.params
     pnames = {p: f"p{i}" for i, p in enumerate(params)}
     env: dict[str, Any] = {
         "ND": np.ndarray,
@@ -99,40 +163,37 @@ def build_launcher(
         "GUARD": guard_error,
         "INT": int,
     }
-    args = [f"a{i}" for i in range(n_args)]
+    args = [f"a{i}" for i in range(spec.n_args)]
     lines = [f"def launch({', '.join(args)}):"]
     emit = lines.append
 
     # scalar arguments bind first (as in the interpreter); input dims then bind or check the symbols
-    for arg, symbol in sorted(plan.scalar_args.items()):
+    for arg, symbol in sorted(spec.scalar_args.items()):
         env[f"PINT{arg}"] = _prepare_int(arg)
         emit(f"    {pnames[symbol]} = a{arg} if type(a{arg}) is INT else PINT{arg}(a{arg})")
-    bound: set[str] = set(plan.scalar_args.values())
+    bound: set[str] = set(spec.scalar_args.values())
     later: list[tuple[str, int, Dim]] = []
-    for buf in plan.inputs:  # arrays: type, dtype, layout, then their dims bind or check the symbols
-        a = f"a{buf.index}"
-        spec, dtype = plan.input_specs[buf.index]
-        env[f"D{buf.index}"] = np.dtype(dtype)
-        env[f"PREP{buf.index}"] = _prepare_array(buf.index, np.dtype(dtype))
-        emit(f"    if type({a}) is not ND or {a}.dtype is not D{buf.index} or not {a}.flags.c_contiguous:")
-        emit(f"        {a} = PREP{buf.index}({a})")
-        if plan.exact:
-            env[f"S{buf.index}"] = tuple(d.value for d in spec)
-            emit(f"    if {a}.shape != S{buf.index}:")
+    for index, shape, dtype in spec.inputs:  # arrays: type, dtype, layout, then their dims bind or check
+        a = f"a{index}"
+        env[f"D{index}"] = np.dtype(dtype)
+        env[f"PREP{index}"] = _prepare_array(index, np.dtype(dtype))
+        emit(f"    if type({a}) is not ND or {a}.dtype is not D{index} or not {a}.flags.c_contiguous:")
+        emit(f"        {a} = PREP{index}({a})")
+        if spec.exact:
+            env[f"S{index}"] = tuple(d.value for d in shape)
+            emit(f"    if {a}.shape != S{index}:")
             emit(
-                f"        raise GUARD('argument #{buf.index} has shape ' + str({a}.shape) + ', compiled for "
-                f"' + str(S{buf.index}))"
+                f"        raise GUARD('argument #{index} has shape ' + str({a}.shape) + ', compiled for "
+                f"' + str(S{index}))"
             )
             continue
         emit(f"    s = {a}.shape")
-        emit(f"    if len(s) != {len(spec)}:")
-        emit(f"        raise GUARD('argument #{buf.index} rank ' + str(len(s)) + ' is not {len(spec)}')")
-        for j, d in enumerate(spec):
+        emit(f"    if len(s) != {len(shape)}:")
+        emit(f"        raise GUARD('argument #{index} rank ' + str(len(s)) + ' is not {len(shape)}')")
+        for j, d in enumerate(shape):
             if d.is_const:
                 emit(f"    if s[{j}] != {d.value}:")
-                emit(
-                    f"        raise GUARD('argument #{buf.index} dim {j}: ' + str(s[{j}]) + ' != {d.value}')"
-                )
+                emit(f"        raise GUARD('argument #{index} dim {j}: ' + str(s[{j}]) + ' != {d.value}')")
             elif d.is_symbol and d.name not in bound:
                 bound.add(d.name)
                 emit(f"    {pnames[d.name]} = s[{j}]")
@@ -144,11 +205,11 @@ def build_launcher(
         emit(f"        raise GUARD('argument {a[1:]} dim {j} does not match {d}')")
     pargs = ", ".join(pnames.values())
     for p in params:  # the arena and the 32-bit BLAS ints are sized for the bounds
-        hi = plan.ranges[p][1]
+        hi = spec.ranges[p][1]
         if hi != np.inf:
             emit(f"    if {pnames[p]} > {int(hi)}:")
             emit(f"        raise GUARD('{p} = ' + str({pnames[p]}) + ' is above the bucket bound {int(hi)}')")
-    guards = [g for g in plan.guards if not _static(g)]
+    guards = [g for g in spec.guards if not _static(g)]
     if guards:
         env["GUARDS"] = guards
         env["GV"] = dims.evaluator([d for g in guards for d in (g.a, g.b)], params)
@@ -160,17 +221,17 @@ def build_launcher(
 
     # outputs, arena, call
     outs = []
-    for buf in plan.outputs:
-        env[f"OD{buf.index}"] = np.dtype(buf.dtype)
-        if plan.exact:
-            env[f"OS{buf.index}"] = tuple(d.value for d in buf.shape)
-            emit(f"    o{buf.index} = EMPTY(OS{buf.index}, OD{buf.index})")
+    for index, dtype, shape in spec.outputs:
+        env[f"OD{index}"] = np.dtype(dtype)
+        if spec.exact:
+            env[f"OS{index}"] = tuple(d.value for d in shape)
+            emit(f"    o{index} = EMPTY(OS{index}, OD{index})")
         else:
-            env[f"OS{buf.index}"] = dims.evaluator(buf.shape, params)
-            emit(f"    o{buf.index} = EMPTY(OS{buf.index}({pargs}), OD{buf.index})")
-        outs.append(f"o{buf.index}")
+            env[f"OS{index}"] = dims.evaluator(shape, params)
+            emit(f"    o{index} = EMPTY(OS{index}({pargs}), OD{index})")
+        outs.append(f"o{index}")
     ptr = (lambda v: f"id({v})") if by_object else (lambda v: f"{v}.ctypes.data")
-    tensors = [ptr(f"a{b.index}") for b in plan.inputs] + [ptr(o) for o in outs]
+    tensors = [ptr(f"a{index}") for index, _, _ in spec.inputs] + [ptr(o) for o in outs]
     if arena_bytes:
         emit("    try:")
         emit("        ar = POP()")
@@ -185,13 +246,13 @@ def build_launcher(
     emit("        FAIL(rc)")
 
     values = []
-    for k, ret in enumerate(plan.returns):
-        if ret.buffer is not None:
-            values.append(f"o{ret.buffer.index}")
-        elif ret.scalar.is_const:
-            values.append(str(ret.scalar.value))
+    for k, ret in enumerate(spec.returns):
+        if isinstance(ret, int):
+            values.append(f"o{ret}")
+        elif ret.is_const:
+            values.append(str(ret.value))
         else:
-            env[f"R{k}"] = dims.evaluator([ret.scalar], params)
+            env[f"R{k}"] = dims.evaluator([ret], params)
             values.append(f"R{k}({pargs})[0]")
     if not values:
         emit("    return None")

@@ -21,7 +21,7 @@ so the producer writes there directly and the epilogue runs in place.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,12 +99,16 @@ class Plan:
 class Planner:
     """Walks one verified function and lowers it; the context lowering functions build on."""
 
-    def __init__(self, module: Module, function: str, bounds: dict[str, int] | None = None) -> None:
+    def __init__(self, module: Module, function: str, bounds: dict[str, int] | None = None,
+                 gemm: Mapping[str, Any] | None = None) -> None:
+        """``gemm``: the BLAS entry per dtype (``native.blas.GemmEntry`` or None), when the caller chose
+        them (the compile worker gets the parent's); else ``best_gemm`` chooses."""
         info, diags = analyze_module(module)
         if diags or function not in info.functions:
             first = diags[0] if diags else f"no function {function!r}"
             raise LoweringError(f"the region does not verify: {first}")
         self.module = module
+        self.gemm = gemm
         self.info: FunctionInfo = info.functions[function]
         fn = self.info.function
         if len(fn.blocks) != 1:
@@ -392,7 +396,8 @@ class Planner:
         array = np.ascontiguousarray(array)
         array.setflags(write=False)
         self.constants.append(array)
-        return Load.of(Buffer("const", array.dtype.name, shape, f"k{len(self.constants) - 1}", array=array))
+        k = len(self.constants) - 1
+        return Load.of(Buffer("const", array.dtype.name, shape, f"k{k}", index=k, array=array))
 
     def constant_value(self, expr: Expr) -> np.ndarray | None:
         """The numpy value of a constant expression, when it is one."""
@@ -474,6 +479,8 @@ class Planner:
         return replace(expr, lambda n: self.materialize(n) if isinstance(n, RowResult) else None)
 
     def gemm_entry(self, dtype: str) -> Any:
+        if self.gemm is not None:
+            return self.gemm.get(dtype)
         from ...native.blas import best_gemm
 
         return best_gemm(dtype) if dtype in ("float32", "float64") else None

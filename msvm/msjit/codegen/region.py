@@ -1,25 +1,35 @@
 """Lowering a region function to LLVM IR, compiling it, and binding the launcher: the pipeline.
 
-``lower`` is pure Python (plan → memory plan → IR text); ``compile_region`` adds LLVM (in this
-process, or in the crash-isolating compile worker) and the launcher. Every phase is timed.
+``lower`` is pure Python (plan → memory plan → IR text); ``compile_region`` adds LLVM and the
+launcher. With the crash-isolating compile worker, lowering runs there too: it is 20–50 ms of Python
+per region, which in this process would hold the GIL beside the user's calls (a call that releases
+it to run native code then waits up to the 5 ms switch interval to get it back, at every kernel).
+What comes back is the object code and the lowering as plain data (``LoweredRegion.to_wire``): the
+code reads every process-specific address from its extern table (``externs``), bound at load.
+Every phase is timed.
 """
 
 from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
+import numpy as np
+
+from ...bytecode.binary import decode_module, encode_module
 from ...bytecode.module import Module
-from ...native.llvm import NativeLibrary, ObjectBuild, build_object, load_object
+from ...native.blas import GemmEntry
+from ...native.llvm import CompileTimes, NativeLibrary, ObjectBuild, build_object, load_object
 from ...native.worker import CompileWorker
+from . import externs
 from .emit import ModuleEmitter
 from .errors import LoweringError
-from .launcher import build_launcher
+from .launcher import LaunchSpec, build_launcher
 from .memplan import Placement, plan_memory
-from .plan import Plan, Planner
+from .plan import Planner
 
 DISASSEMBLY_KINDS = ("llvm", "llvm-opt", "asm")
 # The pass pipeline for regions: O2 without the loop unroller. Measured against O3 on the workloads'
@@ -38,23 +48,63 @@ class LoweredRegion:
     planned_bytes: int  # arena bytes with the memory plan (== naive_bytes without mem_optimize)
     naive_bytes: int  # one buffer per intermediate
     kernels: list[str]  # one line per generated kernel: what it computes and what got fused
-    placements: list[Placement] = field(default_factory=list)  # the arena plan, for inspection
-    plan: Plan | None = field(default=None, repr=False)
-    n_args: int = 0
+    placements: list[Placement]  # the arena plan, for inspection
+    launch: LaunchSpec
+    externs: list[externs.Key]  # the addresses the code reads from its extern table, in slot order
+    constants: list[np.ndarray] = field(default_factory=list, repr=False)  # the plan's constants
     lower_ms: float = 0.0
 
     def bind(self, library: NativeLibrary) -> Callable[..., Any]:
         """The launcher: called like the interpreter's Executable, returns the same results."""
-        assert self.plan is not None
-        keep = [library, *self.plan.constants]
+        table = externs.install(library.global_address(externs.GLOBAL), self.externs, self.constants)
         return build_launcher(
-            self.plan,
-            self.n_args,
+            self.launch,
             self.planned_bytes,
             library.address(self.entry),
             library.address(self.entry + "_obj"),
-            keep,
+            [library, table, *self.constants],
         )
+
+    # -- the compile worker's wire format (``lower_in_worker``) -------------------------------------------
+    def to_wire(self, module: Module) -> tuple[dict[str, Any], list[bytes]]:
+        """(JSON header, byte blocks): constants that are ``module``'s own travel as its index, others as
+        bytes."""
+        own = {(c.ctypes.data, c.nbytes, c.dtype.name): i for i, c in enumerate(module.constants)
+               if isinstance(c, np.ndarray) and c.flags.c_contiguous}
+        consts, blocks = [], []
+        for c in self.constants:
+            index = own.get((c.ctypes.data, c.nbytes, c.dtype.name))
+            consts.append([index, c.dtype.name, list(c.shape)])
+            if index is None:
+                blocks.append(c.tobytes())
+        header = {"ir_len": len(self.ir.encode()), "entry": self.entry, "params": self.params,
+                  "planned_bytes": self.planned_bytes, "naive_bytes": self.naive_bytes,
+                  "kernels": self.kernels,
+                  "placements": [list(astuple(p)) for p in self.placements], "launch": self.launch.to_json(),
+                  "externs": externs.to_json(self.externs), "constants": consts, "lower_ms": self.lower_ms}
+        return header, [self.ir.encode(), *blocks]
+
+    @classmethod
+    def from_wire(cls, header: dict[str, Any], data: bytes, module: Module) -> LoweredRegion:
+        """The lowering ``to_wire`` described, with its constants in this process (``module``: the same
+        region module, as this process holds it)."""
+        at = header["ir_len"]
+        ir_text = data[:at].decode()
+        constants = []
+        for index, dtype, shape in header["constants"]:
+            if index is not None:
+                array = np.ascontiguousarray(module.constants[index], dtype=dtype).reshape(shape)
+            else:
+                array = np.empty(shape, dtype)
+                n = array.nbytes
+                array.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, np.uint8, n, at)
+                at += n
+            array.setflags(write=False)
+            constants.append(array)
+        return cls(ir_text, header["entry"], header["params"], header["planned_bytes"], header["naive_bytes"],
+                   header["kernels"], [Placement(*p) for p in header["placements"]],
+                   LaunchSpec.from_json(header["launch"]), externs.from_json(header["externs"]), constants,
+                   header["lower_ms"])
 
 
 def lower(
@@ -64,21 +114,22 @@ def lower(
     mem_optimize: bool = False,
     name: str = "region",
     bounds: dict[str, int] | None = None,
+    gemm: Mapping[str, GemmEntry | None] | None = None,
 ) -> LoweredRegion:
     """Build the LLVM IR of ``function`` (a verified straight-line region) as one entry symbol.
 
     ``bounds`` maps run-time symbols (bucketed dims, scalar arguments) to their upper bounds: the
     arena is sized for them and the launcher rejects larger values. Exact-mode regions need none.
-    Raises ``LoweringError`` (with the op's address) for anything that cannot be compiled.
+    ``gemm``: the BLAS entry per dtype (default: ``best_gemm``'s). Raises ``LoweringError`` (with the
+    op's address) for anything that cannot be compiled.
     """
     t0 = time.perf_counter()
-    plan = Planner(module, function, bounds).run()
+    plan = Planner(module, function, bounds, gemm).run()
     planned, naive, placements = plan_memory(plan.kernels, plan.ranges, mem_optimize)
     em = ModuleEmitter(name, plan.params, plan.ranges)
     calls = [(kernel, kernel.emit(em)) for kernel in plan.kernels]
     em.entry(name, plan.inputs, plan.outputs, calls)
     ir_text = str(em.module)
-    fn = module.function(function)
     return LoweredRegion(
         ir_text,
         name,
@@ -87,8 +138,9 @@ def lower(
         naive,
         [k.describe() for k in plan.kernels],
         placements,
-        plan,
-        len(fn.params),
+        LaunchSpec.of(plan, len(module.function(function).params)),
+        list(em.externs),
+        plan.constants,
         (time.perf_counter() - t0) * 1e3,
     )
 
@@ -126,14 +178,12 @@ def compile_region(
     via_worker: CompileWorker | None = None,
     bounds: dict[str, int] | None = None,
 ) -> CompiledRegion:
-    """``lower`` + compile (in process, or in ``via_worker``'s process) + ``bind``."""
-    lowered = lower(module, function, mem_optimize=mem_optimize, name=name, bounds=bounds)
+    """``lower`` + compile + ``bind``: all in this process, or lowered and compiled in ``via_worker``'s
+    process (``lower_in_worker``), which leaves this process only the load and the bind."""
     if via_worker is not None:
-        result = via_worker.compile(lowered.ir, name=name, with_asm=False, with_ir=False, **PIPELINE)
-        if not result.ok:
-            raise LoweringError(f"compiling {name} failed: {result.error}", code="E-JIT-COMPILE")
-        obj, times = result.object_code, result.times
+        lowered, obj, times = _lower_and_build_in(via_worker, module, function, mem_optimize, name, bounds)
     else:
+        lowered = lower(module, function, mem_optimize=mem_optimize, name=name, bounds=bounds)
         build = build_object(lowered.ir, name, with_asm=False, with_ir=False, **PIPELINE)
         obj, times = build.object_code, build.times
     t0 = time.perf_counter()
@@ -147,6 +197,37 @@ def compile_region(
         "load": load_ms,
     }
     return CompiledRegion(fn, lowered, library, phases, text_bytes(obj))
+
+
+def _lower_and_build_in(worker: CompileWorker, module: Module, function: str, mem_optimize: bool, name: str,
+                        bounds: dict[str, int] | None) -> tuple[LoweredRegion, bytes, CompileTimes]:
+    from ...native.blas import best_gemm
+
+    entries = {dt: best_gemm(dt) for dt in ("float32", "float64")}
+    gemm = {dt: None if e is None else [e.name, e.source, e.path, e.symbol, e.abi, e.int_bits]
+            for dt, e in entries.items()}
+    header = {"function": function, "mem_optimize": mem_optimize, "name": name, "bounds": bounds,
+              "gemm": gemm}
+    result = worker.call(f"{__name__}:lower_in_worker", header, encode_module(module))
+    if not result.ok:
+        raise LoweringError(f"compiling {name} failed: {result.error}", code="E-JIT-COMPILE")
+    n_obj = result.reply["object_len"]
+    lowered = LoweredRegion.from_wire(result.reply, result.payload[n_obj:], module)
+    return lowered, result.payload[:n_obj], result.times
+
+
+def lower_in_worker(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
+    """The compile worker's half of ``compile_region``: decode the region module, lower and compile it;
+    answer with the object code, then the lowering's wire form (``LoweredRegion.to_wire``)."""
+    module = decode_module(payload)
+    gemm = {dt: None if e is None else GemmEntry(e[0], e[1], e[2], e[3], dt, e[4], e[5], 0)
+            for dt, e in header["gemm"].items()}
+    lowered = lower(module, header["function"], mem_optimize=header["mem_optimize"], name=header["name"],
+                    bounds=header["bounds"], gemm=gemm)
+    build = build_object(lowered.ir, header["name"], with_asm=False, with_ir=False, **PIPELINE)
+    reply, blocks = lowered.to_wire(module)
+    reply |= {"object_len": len(build.object_code), "times": build.times.as_dict()}
+    return reply, [build.object_code, *blocks]
 
 
 def text_bytes(obj: bytes) -> int:

@@ -1,5 +1,6 @@
 """The launcher: calling convention, guards, bucket mode, layouts, concurrency, refusals, disassembly."""
 
+import json
 import threading
 
 import numpy as np
@@ -9,6 +10,7 @@ from codegen_helpers import assert_close, check, compiled, interpret, rand, regi
 from msvm.bytecode import RegRef
 from msvm.errors import ShapeError
 from msvm.msjit.codegen import LoweringError, can_lower, lower
+from msvm.msjit.codegen.launcher import LaunchSpec
 from msvm.native.worker import CompileWorker
 from msvm.ops import REGISTRY, TensorType
 from msvm.shapes import parse_shape
@@ -218,14 +220,65 @@ def test_disassembly_kinds_and_vector_code():
         r.disassemble("bytecode")
 
 
-def test_compile_in_the_worker_process():
+def _net(f, x):
+    """A conv (its packed weights: constants made while lowering), a linear (a module constant and the
+    BLAS entry), a constant folded while lowering, in bucket mode (guards, symbolic output shapes)."""
+    rng = np.random.default_rng(3)
+    weight = f.load_const((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32))
+    bias = f.load_const(rng.standard_normal(8).astype(np.float32))
+    y = f.call("relu", [f.call("conv2d", [x, weight, bias], {"padding": (1, 1)})])
+    y = f.call("mean", [y], {"axis": (2, 3)})
+    folded = f.call("mul", [f.load_const(rng.standard_normal((4, 8)).astype(np.float32)),
+                            f.load_const(np.float32(0.5))])
+    return f.call("linear", [y, folded])
+
+
+def test_compile_in_the_worker_process(monkeypatch):
+    """Lowering and LLVM both run in the worker: this process only loads the object code, binds the
+    addresses the code reads from its extern table, and builds the launcher from the plain-data spec."""
+    m = region(_net, [("[N, 3, H, W]", "float32")])
+    bounds = {"N": 8, "H": 16, "W": 16}
+    local = compiled(m, bounds=bounds)
+    from msvm.msjit.codegen import plan
+
+    def no_lowering_here(self):
+        raise AssertionError("the region was lowered in the user's process")
+
+    monkeypatch.setattr(plan.Planner, "run", no_lowering_here)
     worker = CompileWorker()
     try:
-        m = region(_chain, [("[4, 6]", "float32"), ("[6]", "float32")])
-        r = check(m, rand((4, 6)), rand((6,)), via_worker=worker)
-        assert "ymm" in r.disassemble("asm")
+        remote = compiled(m, bounds=bounds, via_worker=worker)
     finally:
         worker.close()
+    assert remote.lowered.launch == local.lowered.launch
+    assert remote.lowered.externs == local.lowered.externs
+    assert {k[0] for k in remote.lowered.externs} >= {"const", "gemm", "pool", "conv_nchwc"}
+    assert remote.lowered.ir == local.lowered.ir and remote.lowered.kernels == local.lowered.kernels
+    for a, b in zip(remote.lowered.constants, local.lowered.constants, strict=True):
+        np.testing.assert_array_equal(a, b)
+    for shape in [(1, 3, 16, 16), (5, 3, 9, 12), (8, 3, 16, 7)]:
+        x = rand(shape, rng=np.random.default_rng(sum(shape)))
+        assert_close(remote.fn(x), interpret(m, x))
+    assert "ymm" in remote.disassemble("asm")
+
+
+def test_a_lowering_error_in_the_worker_names_its_reason():
+    def body(f, x):
+        return f.call("nonzero", [x])
+
+    worker = CompileWorker()
+    try:
+        with pytest.raises(LoweringError, match="nonzero"):
+            compiled(region(body, [("[4]", "float32")]), via_worker=worker)
+    finally:
+        worker.close()
+
+
+def test_launch_spec_survives_json():
+    m = region(_net, [("[N, 3, H, W]", "float32")])
+    spec = lower(m, "f", bounds={"N": 8, "H": 16, "W": 16}).launch
+    assert spec.guards and not spec.exact
+    assert LaunchSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
 
 
 def test_scalar_argument_binds_before_input_dims():
