@@ -1,5 +1,5 @@
-"""Fast kernel variants for conv2d, matmul, linear, attention and the transcendental elementwise ops;
-importing this package registers them.
+"""Fast kernel variants for conv2d, matmul, linear, attention, layer_norm, softmax and the transcendental
+elementwise ops; importing this package registers them.
 
 Each variant is one row below: its ``when`` predicate and ``constraints`` say where it applies,
 ``flops``/``bytes`` feed the scheduler's cost model, and ``make(attrs)`` returns a kernel with the
@@ -20,7 +20,7 @@ process holds a core (see ``threads``) — the capability database should measur
 from __future__ import annotations
 
 from ..scheduler.variants import Variant, register_variant
-from . import attention, conv_depthwise, conv_gemm, conv_nchwc, conv_winograd, matmul
+from . import attention, conv_depthwise, conv_gemm, conv_nchwc, conv_winograd, matmul, rows
 from .conv_common import conv_bytes, conv_flops
 from .elementwise import VARIANTS as ELEMENTWISE_VARIANTS  # noqa: F401  (importing registers them)
 
@@ -60,6 +60,7 @@ VARIANTS = (
             constraints="q, k, v with the same batch dims; no explicit attn_mask (is_causal is fine); "
                         "needs BLAS",
             kind="blas", flops=attention.flops, bytes=attention.nbytes),
+    *rows.VARIANTS,
 )
 
 for _variant in VARIANTS:

@@ -91,6 +91,10 @@ CALIBRATION.update({op: [(shapes, {}) for shapes in _ELEMENTWISE_SIZES]
                     for op in ("exp", "log", "tanh", "sigmoid", "silu")})
 CALIBRATION["gelu"] = [(shapes, {"approximate": approximate}) for shapes in _ELEMENTWISE_SIZES
                        for approximate in ("none", "tanh")]
+# Row kernels: rows of a few dozen to a thousand elements, the sizes of attention scores and norms.
+_ROWS = ((8, 24), (96, 96), (512, 384), (2048, 1024))
+CALIBRATION["softmax"] = [(((rows, n),), {"axis": -1}) for rows, n in _ROWS]
+CALIBRATION["layer_norm"] = [(((rows, n), (n,), (n,)), {"normalized_shape": (n,)}) for rows, n in _ROWS]
 
 POSITIVE_INPUTS = frozenset({"log"})  # ops calibrated on positive inputs (representative, no NaN warnings)
 GEMM_KINDS = ("blas", "numpy")

@@ -48,7 +48,7 @@ VARIANTS: dict[str, list[Variant]] = {}
 # these ops is bound: a program without them never pays for it. Tests check this set against what
 # the package registers.
 KERNEL_OPS = frozenset({"conv2d", "matmul", "linear", "scaled_dot_product_attention", "exp", "log", "tanh",
-                        "sigmoid", "silu", "gelu"})
+                        "sigmoid", "silu", "gelu", "layer_norm", "softmax"})
 
 
 def register_variant(variant: Variant) -> Variant:

@@ -1,0 +1,70 @@
+"""The native row kernels (layer_norm, softmax) agree with the reference kernels, in place and out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from msvm.kernels import rows
+from msvm.ops.registry import REGISTRY
+from msvm.scheduler.variants import VARIANTS
+
+TOLERANCE = {"float32": (2e-5, 2e-6), "float64": (1e-12, 1e-14)}
+SHAPES = [(1,), (3, 1), (7, 5), (2, 13), (128, 256), (4, 33, 64), (3, 1030), (600, 96)]  # tails, chunks, threads
+
+
+def variant(op: str, attrs: dict):
+    v = next(v for v in VARIANTS[op] if v.name == "simd")
+    return v, v.make(REGISTRY[op].check_attrs(attrs))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_softmax_agrees_with_the_reference(shape, dtype):
+    x = (np.random.default_rng(len(shape)).standard_normal(shape) * 6).astype(dtype)
+    v, kernel = variant("softmax", {"axis": -1})
+    assert v.when((shape,), {"axis": -1})
+    expected = REGISTRY["softmax"].kernel(x, axis=-1)
+    np.testing.assert_allclose(kernel(x), expected, *TOLERANCE[dtype])
+    in_place = x.copy()
+    assert rows.softmax_rows(in_place, out=in_place) is in_place  # the attention kernel's use
+    np.testing.assert_allclose(in_place, expected, *TOLERANCE[dtype])
+
+
+def test_softmax_special_values_and_other_axes():
+    x = np.array([[1, np.nan, 2], [-np.inf, 0, 1], [np.inf, 0, 1], [-np.inf] * 3, [1e30, -1e30, 0]], np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.testing.assert_allclose(rows.softmax_rows(x), REGISTRY["softmax"].kernel(x, axis=-1), 1e-6)
+    v, _ = variant("softmax", {"axis": 0})
+    assert not v.when(((4, 5),), {"axis": 0}) and v.when(((4, 5),), {"axis": 1})
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_agrees_with_the_reference(shape, dtype, affine):
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 3 + 1).astype(dtype)
+    k = min(2, len(shape))
+    attrs = {"normalized_shape": shape[-k:], "eps": 1e-3}
+    args = [x]
+    if affine:
+        args += [rng.standard_normal(shape[-k:]).astype(dtype), rng.standard_normal(shape[-k:]).astype(dtype)]
+    v, kernel = variant("layer_norm", attrs)
+    assert v.when(tuple(a.shape for a in args), attrs)
+    expected = REGISTRY["layer_norm"].kernel(*args, **REGISTRY["layer_norm"].check_attrs(attrs))
+    np.testing.assert_allclose(kernel(*args), expected, *TOLERANCE[dtype])
+
+
+def test_layer_norm_mixed_dtypes_and_layouts():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 40)).astype(np.float32)
+    w64 = rng.standard_normal(40)
+    _, kernel = variant("layer_norm", {"normalized_shape": (40,)})
+    out = kernel(x, w64)  # mixed dtypes: the reference's rule for the result
+    expected = REGISTRY["layer_norm"].kernel(x, w64, normalized_shape=(40,))
+    assert out.dtype == expected.dtype
+    np.testing.assert_allclose(out, expected, 1e-12)
+    view = x.T.copy().T  # Fortran order: copied first
+    np.testing.assert_allclose(kernel(view), REGISTRY["layer_norm"].kernel(x, normalized_shape=(40,)),
+                               *TOLERANCE["float32"])
