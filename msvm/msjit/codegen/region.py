@@ -203,7 +203,7 @@ def _lower_and_build_in(worker: CompileWorker, module: Module, function: str, me
                         bounds: dict[str, int] | None) -> tuple[LoweredRegion, bytes, CompileTimes]:
     from ...native.blas import best_gemm
 
-    entries = {dt: best_gemm(dt) for dt in ("float32", "float64")}
+    entries = {dt: best_gemm(dt) for dt in _float_dtypes(module)}
     gemm = {dt: None if e is None else [e.name, e.source, e.path, e.symbol, e.abi, e.int_bits]
             for dt, e in entries.items()}
     header = {"function": function, "mem_optimize": mem_optimize, "name": name, "bounds": bounds,
@@ -214,6 +214,17 @@ def _lower_and_build_in(worker: CompileWorker, module: Module, function: str, me
     n_obj = result.reply["object_len"]
     lowered = LoweredRegion.from_wire(result.reply, result.payload[n_obj:], module)
     return lowered, result.payload[:n_obj], result.times
+
+
+def _float_dtypes(module: Module) -> list[str]:
+    """The BLAS dtypes the region's tensors may have (its inputs', its constants'): choosing a BLAS entry
+    for a dtype can mean measuring libraries, which a float32 region should not wait for."""
+    seen = {np.asarray(c).dtype.name for c in module.constants}
+    for fn in module.functions:
+        for _, _, ins in fn.instructions():
+            if any(o.name == "dtype" for o in ins.opcode.operands):
+                seen.add(ins["dtype"])
+    return [dt for dt in ("float32", "float64") if dt in seen]
 
 
 def lower_in_worker(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
