@@ -140,6 +140,16 @@ class ModuleBuilder:
             self.module.constants.append(arr)
         return index
 
+    def adopt_constant(self, arr: np.ndarray) -> int:
+        """Index of ``arr``, a constant of another module's pool (already normalised), stored as is:
+        a region copied out of a function shares its weights instead of copying and hashing them."""
+        normalized = (arr.flags.c_contiguous and not arr.flags.writeable and arr.dtype.isnative
+                      and arr.dtype.name in DTYPES)
+        if not normalized:
+            return self.constant(arr)
+        self.module.constants.append(arr)
+        return len(self.module.constants) - 1
+
     def build(self) -> Module:
         return self.module
 

@@ -354,8 +354,15 @@ def build_function(region: Region, io: RegionIO, info: FunctionInfo, module: Mod
             arg += 1
         else:
             remap[reg] = fb.scalar_const(value)
+    adopted: dict[int, int] = {}  # the function's constant index -> the region's
+
+    def constant(k: int) -> int:
+        if k not in adopted:
+            adopted[k] = mb.adopt_constant(module.constants[k])
+        return adopted[k]
+
     for ins in (*io.clones, *io.body):
-        _copy(ins, fb, remap, lambda k: mb.constant(module.constants[k]))
+        _copy(ins, fb, remap, constant)
     fb.loc = None
     fb.ret(*[remap[r] for r in io.live_outs])
     return mb.build()

@@ -10,7 +10,8 @@ from msvm.ops.registry import REGISTRY
 from msvm.scheduler.variants import VARIANTS
 
 TOLERANCE = {"float32": (2e-5, 2e-6), "float64": (1e-12, 1e-14)}
-SHAPES = [(1,), (3, 1), (7, 5), (2, 13), (128, 256), (4, 33, 64), (3, 1030), (600, 96)]  # tails, chunks, threads
+# tails, chunks of rows, both threads
+SHAPES = [(1,), (3, 1), (7, 5), (2, 13), (128, 256), (4, 33, 64), (3, 1030), (600, 96)]
 
 
 def variant(op: str, attrs: dict):
@@ -32,7 +33,8 @@ def test_softmax_agrees_with_the_reference(shape, dtype):
 
 
 def test_softmax_special_values_and_other_axes():
-    x = np.array([[1, np.nan, 2], [-np.inf, 0, 1], [np.inf, 0, 1], [-np.inf] * 3, [1e30, -1e30, 0]], np.float32)
+    x = np.array([[1, np.nan, 2], [-np.inf, 0, 1], [np.inf, 0, 1], [-np.inf] * 3, [1e30, -1e30, 0]],
+                 np.float32)
     with np.errstate(invalid="ignore", over="ignore"):
         np.testing.assert_allclose(rows.softmax_rows(x), REGISTRY["softmax"].kernel(x, axis=-1), 1e-6)
     v, _ = variant("softmax", {"axis": 0})

@@ -24,7 +24,7 @@ from ...bytecode.module import Module
 from ...native.blas import GemmEntry
 from ...native.llvm import CompileTimes, NativeLibrary, ObjectBuild, build_object, load_object
 from ...native.worker import CompileWorker
-from . import externs
+from . import externs, shared
 from .emit import ModuleEmitter
 from .errors import LoweringError
 from .launcher import LaunchSpec, build_launcher
@@ -206,9 +206,10 @@ def _lower_and_build_in(worker: CompileWorker, module: Module, function: str, me
     entries = {dt: best_gemm(dt) for dt in _float_dtypes(module)}
     gemm = {dt: None if e is None else [e.name, e.source, e.path, e.symbol, e.abi, e.int_bits]
             for dt, e in entries.items()}
+    sent, files = shared.export(module)
     header = {"function": function, "mem_optimize": mem_optimize, "name": name, "bounds": bounds,
-              "gemm": gemm}
-    result = worker.call(f"{__name__}:lower_in_worker", header, encode_module(module))
+              "gemm": gemm, "shared": files}
+    result = worker.call(f"{__name__}:lower_in_worker", header, encode_module(sent))
     if not result.ok:
         raise LoweringError(f"compiling {name} failed: {result.error}", code="E-JIT-COMPILE")
     n_obj = result.reply["object_len"]
@@ -230,7 +231,7 @@ def _float_dtypes(module: Module) -> list[str]:
 def lower_in_worker(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
     """The compile worker's half of ``compile_region``: decode the region module, lower and compile it;
     answer with the object code, then the lowering's wire form (``LoweredRegion.to_wire``)."""
-    module = decode_module(payload)
+    module = shared.restore(decode_module(payload), header["shared"])
     gemm = {dt: None if e is None else GemmEntry(e[0], e[1], e[2], e[3], dt, e[4], e[5], 0)
             for dt, e in header["gemm"].items()}
     lowered = lower(module, header["function"], mem_optimize=header["mem_optimize"], name=header["name"],

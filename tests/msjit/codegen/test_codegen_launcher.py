@@ -1,6 +1,8 @@
 """The launcher: calling convention, guards, bucket mode, layouts, concurrency, refusals, disassembly."""
 
+import gc
 import json
+import os
 import threading
 
 import numpy as np
@@ -260,6 +262,30 @@ def test_compile_in_the_worker_process(monkeypatch):
         x = rand(shape, rng=np.random.default_rng(sum(shape)))
         assert_close(remote.fn(x), interpret(m, x))
     assert "ymm" in remote.disassemble("asm")
+
+
+def test_large_constants_reach_the_worker_through_shared_files():
+    from msvm.msjit.codegen import shared
+
+    weight = np.random.default_rng(0).standard_normal((640, 512)).astype(np.float32)  # 1.25 MiB
+
+    def body(f, x):
+        return f.call("linear", [x, f.load_const(weight)])
+
+    m = region(body, [("[N, 512]", "float32")])
+    sent, files = shared.export(m)
+    assert len(files) == 1 and sent.constants[files[0][0]].size == 1 and os.path.exists(files[0][1])
+    assert shared.export(m)[1] == files  # written once per array
+    worker = CompileWorker()
+    try:
+        x = rand((3, 512))
+        assert_close(compiled(m, bounds={"N": 8}, via_worker=worker).fn(x), interpret(m, x))
+    finally:
+        worker.close()
+    path = files[0][1]
+    del m, sent, files
+    gc.collect()
+    assert not os.path.exists(path)  # the file goes with the array
 
 
 def test_a_lowering_error_in_the_worker_names_its_reason():
