@@ -324,6 +324,13 @@ class Entry:
             raise ValueError(f"{self.name} has no native code ({self.status}: {self.reason})")
         return self.compiled.disassemble(kind)
 
+    def compile_order(self) -> tuple[float, int]:
+        """Where it goes in the compile queue (smallest first): the entry whose region costs the most
+        interpreted time per run first — compiling it first saves the most if the calls keep coming —
+        then the oldest. Entries of keys not timed yet count as free."""
+        interp = self.owner.interp_ms(self) if self.owner is not None else None
+        return -(interp or 0.0), self.queued_ns
+
     def native_ms(self) -> float | None:
         """Median sampled native time."""
         return median_ms([t for runs in list(self.native.values()) for t in runs])

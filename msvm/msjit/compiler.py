@@ -72,7 +72,8 @@ class _Worker:
 
 
 class CompilerThread:
-    """A FIFO of entries compiled one at a time on a daemon thread (started on the first compile)."""
+    """A queue of entries compiled one at a time on a daemon thread (started on the first compile): the
+    entry whose region costs the most interpreted time first, then the oldest."""
 
     def __init__(self) -> None:
         self._cv = threading.Condition()
@@ -149,10 +150,15 @@ class CompilerThread:
                 warm = self._warm == "pending"
                 if warm:
                     self._warm = "warming"
-                entry = self._queue.popleft() if self._queue and not warm else None
-                self._busy = warm or entry is not None
+                waiting = list(self._queue) if not warm else []
+                self._busy = warm or bool(waiting)
+            entry = self._take(waiting)
             EVENTS.dispatch()
             if not warm and entry is None:
+                if waiting:  # ms.vm.reset() emptied the queue meanwhile
+                    with self._cv:
+                        self._busy = False
+                        self._cv.notify_all()
                 continue
             try:
                 if warm:
@@ -167,6 +173,18 @@ class CompilerThread:
                 with self._cv:
                     self._busy = False
                     self._cv.notify_all()
+
+    def _take(self, waiting: list[Entry]) -> Entry | None:
+        """Take the entry of ``waiting`` that goes first (``Entry.compile_order``). Ordering takes the
+        regions' locks, so it runs without ours (the execution thread enqueues holding a region's)."""
+        if not waiting:
+            return None
+        entry = min(waiting, key=Entry.compile_order)
+        with self._cv:
+            if entry not in self._queue:
+                return None
+            self._queue.remove(entry)
+            return entry
 
     def _sample(self) -> None:
         rate = hit_rate()

@@ -128,8 +128,8 @@ class JitMonitor:
     """The live view the widgets subscribe to: queue, active compile, cache and events."""
 
     def queue(self) -> list[dict]:
-        """Entries waiting for the compiler, oldest first."""
-        waiting = sorted((e for e in CACHE.all() if e.status == "queued"), key=lambda e: e.queued_ns)
+        """Entries waiting for the compiler, in the order it will take them (``Entry.compile_order``)."""
+        waiting = sorted((e for e in CACHE.all() if e.status == "queued"), key=lambda e: e.compile_order())
         return [entry_row(e) for e in waiting]
 
     def active(self) -> dict | None:

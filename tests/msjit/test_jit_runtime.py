@@ -299,3 +299,30 @@ def test_the_jit_can_be_switched_off_and_on() -> None:
     ms.set_context(jit_enabled=True)
     run_hot(affine, x, times=2)
     assert entries("affine")[0]["hits"] == 2
+
+
+def test_the_compiler_takes_the_costliest_region_first() -> None:
+    """Queued entries compile in order of their region's interpreted time per run (the most saved
+    first), then oldest first; the monitor lists the queue in that order."""
+    from msvm.msjit.cache import Entry
+    from msvm.msjit.compiler import CompilerThread
+
+    class Owner:
+        def __init__(self, ms_per_run: float | None) -> None:
+            self.ms = ms_per_run
+
+        def interp_ms(self, entry: Entry) -> float | None:
+            return self.ms
+
+    def entry(name: str, ms_per_run: float | None) -> Entry:
+        return Entry(name, "f", 0, 0, "exact", (), (), {}, "test", owner=Owner(ms_per_run))
+
+    cheap, unknown = entry("cheap", 1.0), entry("unknown", None)
+    costly, costly_later = entry("costly", 9.0), entry("costly_later", 9.0)
+    compiler = CompilerThread()  # never started: the queue is driven by hand
+    compiler._queue.extend([cheap, unknown, costly, costly_later])
+    order = []
+    while (taken := compiler._take(list(compiler._queue))) is not None:
+        order.append(taken.name)
+    assert order == ["costly", "costly_later", "cheap", "unknown"]
+    assert sorted([cheap, unknown, costly], key=Entry.compile_order) == [costly, cheap, unknown]
