@@ -9,7 +9,12 @@
 * W3-like pre-LN transformer encoder layer (d 256, 4 heads, FFN 1024) at 128 rows — time against
   its compute roofline (the sgemm peak of a 2048³ product, measured now) and its bare sgemm calls;
   goal ≤ 1.3 × the roofline;
-* compile time per region, by phase (lower, optimise, codegen, load); goal ≤ 150 ms median.
+* compile time per region, by phase (lower, optimise, codegen, load); goal ≤ 150 ms median;
+* interpreted calls while regions compile in the background: the W1 CNN at batch 4 alone, while
+  the W3 region is compiled over and over with its lowering in the compile worker (what the JIT
+  does), and while it is lowered over and over in this process (what every compile began with
+  before: 20–50 ms of Python holding the GIL beside the calls, which wait for it at every native
+  kernel).
 
 Run: ``python -m bench.codegen``.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import statistics
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -25,8 +31,9 @@ import numpy as np
 
 from msvm.bytecode import ModuleBuilder
 from msvm.interpreter import Program
-from msvm.msjit.codegen import CompiledRegion, compile_region
+from msvm.msjit.codegen import CompiledRegion, compile_region, lower
 from msvm.native.blas import best_sgemm
+from msvm.native.worker import CompileWorker
 
 from .harness import fmt_ratio, fmt_time, measure, optional_import, table
 from .interpreter import chain_module
@@ -352,7 +359,52 @@ def bench_compile(regions: dict[str, CompiledRegion]) -> list[list[str]]:
     return out
 
 
+def bench_interference() -> list[list[str]]:
+    """Rows: how interpreted calls fare while compiles run beside them (see the module docstring)."""
+    from .models import cnn_params, make_cnn
+
+    cnn = make_cnn(cnn_params(), hot_threshold=1 << 30)
+    x = np.random.default_rng(0).standard_normal((4, 3, 64, 64)).astype(np.float32)
+    module = encoder_module()
+    worker = CompileWorker(nice=10)  # as the JIT's
+
+    def lowered_there() -> None:
+        compile_region(module, "f", via_worker=worker)
+
+    def lowered_here() -> None:  # the Python half only: the LLVM half ran in the worker before too
+        lower(module, "f")
+
+    alone = measure(lambda: cnn(x), repeat=9, min_time=0.1)
+    rows = [["nothing compiling", fmt_time(alone), "1.00×", "-"]]
+    compiles = (("compiles, lowered in the compile worker (now)", lowered_there),
+                ("lowerings in this process (before: each compile's first 20-50 ms)", lowered_here))
+    try:
+        for label, compile_once in compiles:
+            compile_once()  # the worker has imported and warmed up
+            stop, done = threading.Event(), [0]
+
+            def loop(compile_once=compile_once, stop=stop, done=done) -> None:
+                while not stop.is_set():
+                    compile_once()
+                    done[0] += 1
+
+            thread = threading.Thread(target=loop, daemon=True)
+            thread.start()
+            try:
+                during = measure(lambda: cnn(x), repeat=9, min_time=0.1)
+            finally:
+                stop.set()
+                thread.join()
+            rows.append([label, fmt_time(during), fmt_ratio(during / alone), str(done[0])])
+    finally:
+        worker.close()
+    return rows
+
+
 def main() -> None:
+    print(table("interpreted W1 CNN calls (batch 4) while W3's region compiles in the background",
+                ["compiles", "call (median)", "÷ nothing compiling", "compiles done meanwhile"],
+                bench_interference()))
     rows: list[list[str]] = []
     regions = {"W5": bench_w5(rows), "W6": bench_w6(rows), "W2": bench_w2(rows), "W3": bench_w3(rows)}
     print(table("MS-JIT generated code", ["workload", "variant", "time", "throughput", "vs / goal"], rows))
