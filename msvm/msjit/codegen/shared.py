@@ -6,6 +6,8 @@ then the pipe and the decoder copy them again. A constant of at least ``MIN_BYTE
 written once per array (the file is kept while the array lives) to a file in ``/dev/shm`` (memory,
 not disk) and stands in the sent module as a one-element placeholder; the worker maps the file
 read-only — pages it never reads are never touched — and puts the real array back before lowering.
+Files carry the owner's pid: the first export of a process removes those of processes that are gone
+(a killed kernel cannot remove its own).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ _DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK
 _files: dict[int, tuple[weakref.ref, str]] = {}  # id(array) -> (the array, its file)
 _counter = itertools.count()
 _lock = threading.Lock()
+_swept = False
 
 
 def export(module: Module) -> tuple[Module, list[list[Any]]]:
@@ -49,7 +52,11 @@ def restore(module: Module, shared: list[list[Any]]) -> Module:
 
 
 def _file_of(array: np.ndarray) -> str:
+    global _swept
     with _lock:
+        if not _swept:
+            _swept = True
+            _sweep()
         known = _files.get(id(array))
         if known is not None and known[0]() is array:
             return known[1]
@@ -64,6 +71,21 @@ def _file_of(array: np.ndarray) -> str:
         _files[id(array)] = (weakref.ref(array), path)
         weakref.finalize(array, _forget, id(array), path)
         return path
+
+
+def _sweep() -> None:
+    """Remove the files of processes that no longer exist."""
+    for name in os.listdir(_DIR):
+        parts = name.split("-")
+        if len(parts) != 3 or parts[0] != "msvm" or not name.endswith(".const") or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(_DIR, name))
+        except OSError:  # alive, owned by someone else
+            pass
 
 
 def _forget(key: int, path: str) -> None:

@@ -288,6 +288,26 @@ def test_large_constants_reach_the_worker_through_shared_files():
     assert not os.path.exists(path)  # the file goes with the array
 
 
+def test_files_of_processes_that_are_gone_are_swept(monkeypatch):
+    import subprocess
+
+    from msvm.msjit.codegen import shared
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = os.path.join(shared._DIR, f"msvm-{gone.pid}-0.const")
+    ours = os.path.join(shared._DIR, f"msvm-{os.getpid()}-999999.const")
+    for path in (stale, ours):
+        open(path, "w").close()
+    monkeypatch.setattr(shared, "_swept", False)
+    try:
+        weight = np.ones((1 << 18) + 1, np.float32)
+        shared._file_of(weight)
+        assert not os.path.exists(stale) and os.path.exists(ours)
+    finally:
+        os.unlink(ours)
+
+
 def test_a_lowering_error_in_the_worker_names_its_reason():
     def body(f, x):
         return f.call("nonzero", [x])
