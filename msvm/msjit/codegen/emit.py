@@ -38,33 +38,6 @@ VOID = ir.VoidType()
 INT64_MAX = (1 << 63) - 1
 
 
-def _pthread(module: ir.Module, name: str) -> ir.Function:
-    existing = module.globals.get(name)
-    if existing is not None:
-        return existing
-    if name == "pthread_create":
-        start = ir.FunctionType(I8P, [I8P]).as_pointer()
-        return ir.Function(module, ir.FunctionType(I32, [I64.as_pointer(), I8P, start, I8P]), name=name)
-    return ir.Function(module, ir.FunctionType(I32, [I64, I8P.as_pointer()]), name=name)
-
-
-def _thread_copy(b: ir.IRBuilder, ptr: ir.Value, buf: Buffer, thread: int) -> ir.Value:
-    """Thread ``thread``'s pointer: its own copy of per-thread scratch, the same memory otherwise."""
-    if not buf.per_thread or thread == 0:
-        return ptr
-    return b.gep(ptr, [ir.Constant(I64, buf.size // THREADS * thread)], inbounds=True)
-
-
-def _frame(b: ir.IRBuilder, values: Sequence[ir.Value]) -> ir.Value:
-    """``values`` stored as i64 each (pointers as integers) in a stack array; its address as ``i8*``."""
-    frame = b.alloca(I64, len(values), name="frame")
-    for i, value in enumerate(values):
-        b.store(
-            b.ptrtoint(value, I64) if value.type.is_pointer else value, b.gep(frame, [ir.Constant(I64, i)])
-        )
-    return b.bitcast(frame, I8P)
-
-
 def _probe_data_offset() -> int | None:
     """Byte offset of ``data`` in numpy's array object, checked on live arrays (None if not found)."""
     probes = [np.empty(3, np.float32), np.zeros((2, 5), np.int64)[:, 1:]]
@@ -360,13 +333,15 @@ class ModuleEmitter:
         work: Dim,
         status: ir.Value,
     ) -> None:
-        """Run ``kfn``'s outer loop on ``THREADS`` threads that claim chunks of it from a shared counter.
+        """Run ``kfn``'s outer loop on up to ``THREADS`` threads of the job pool (``kernels.threads``:
+        persistent helpers, a wake-up instead of a thread start) that claim chunks of it from a shared
+        counter.
 
         Why chunks, not halves: the machine is shared, and a core busy with another process would
         make the thread given a fixed half finish last; with chunks the faster thread takes more.
         Big enough (``PARALLEL_MIN`` elements, checked at run time in bucket mode) or it runs inline;
-        a helper thread that cannot be created leaves its chunks to the others. Each thread gets its
-        own copy of per-thread scratch.
+        a busy pool leaves all chunks to the caller. Each thread gets its own copy of per-thread
+        scratch (threads number themselves from a second counter).
         """
         extent = dims.emit(b, kfn.split_extent, values)
         big = b.and_(
@@ -378,52 +353,50 @@ class ModuleEmitter:
             with split:
                 per_chunk = ir.Constant(I64, THREADS * CHUNKS_PER_THREAD)
                 chunk = b.sdiv(b.add(extent, b.sub(per_chunk, ir.Constant(I64, 1))), per_chunk)
-                counter = b.alloca(I64, name="next")
-                b.store(ir.Constant(I64, 0), counter)
-                runner = self._chunk_runner(kfn)
-                frames = []
-                for t in range(THREADS):
-                    own = [_thread_copy(b, p, buf, t) for p, buf in zip(ptrs, kfn.buffers)]
-                    frames.append(_frame(b, [*own, *params, status, counter, extent, chunk]))
-                tids = b.alloca(I64, THREADS - 1, name="tids")
-                started = []
-                for t in range(1, THREADS):
-                    tid = b.gep(tids, [ir.Constant(I64, t - 1)])
-                    rc = b.call(
-                        _pthread(self.module, "pthread_create"),
-                        [tid, ir.Constant(I8P, None), runner, frames[t]],
-                    )
-                    started.append((tid, rc))
-                b.call(runner, [frames[0]])
-                for tid, rc in started:
-                    with b.if_then(b.icmp_signed("==", rc, ir.Constant(I32, 0))):
-                        no_result = ir.Constant(I8P.as_pointer(), None)
-                        b.call(_pthread(self.module, "pthread_join"), [b.load(tid), no_result])
+                zero = ir.Constant(I64, 0)
+                fields = [*ptrs, *params, status, zero, extent, chunk, zero]  # counter, …, thread numbers
+                frame = b.alloca(I64, len(fields), name="frame")
+                for i, value in enumerate(fields):
+                    value = b.ptrtoint(value, I64) if value.type.is_pointer else value
+                    b.store(value, b.gep(frame, [ir.Constant(I64, i)]))
+                run_type = ir.FunctionType(VOID, [I8P, I8P, I64.as_pointer(), I64]).as_pointer()
+                b.call(b.inttoptr(self.extern(b, ("pool", "run")), run_type),
+                       [b.inttoptr(self.extern(b, ("pool", "state")), I8P),
+                        b.bitcast(self._chunk_runner(kfn), I8P), frame, ir.Constant(I64, THREADS)])
             with inline:
                 b.call(kfn.fn, [*ptrs, *params, ir.Constant(I64, 0), ir.Constant(I64, INT64_MAX), status])
 
     def _chunk_runner(self, kfn: FnBuilder) -> ir.Function:
-        """``void* run(void* frame)``: claim chunks ``[start, start + chunk)`` of the outer loop from the
-        frame's counter and call ``kfn`` on each until none are left (the frame: ``kfn``'s arguments
-        before ``lo``, then the counter's address, the extent and the chunk size, as i64 each)."""
-        fn = ir.Function(self.module, ir.FunctionType(I8P, [I8P]), name=f"{kfn.fn.name}_chunks")
+        """The job ``void run(i64* frame)``: take a thread number, then claim chunks ``[start, start +
+        chunk)`` of the outer loop from the frame's counter and call ``kfn`` on each until none are left
+        (the frame: ``kfn``'s arguments before ``lo`` as i64 each, then the counter, the extent, the
+        chunk size and the thread-number counter)."""
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [I64.as_pointer()]), name=f"{kfn.fn.name}_chunks")
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        frame = b.bitcast(fn.args[0], I64.as_pointer())
+        frame = fn.args[0]
 
         def slot(i: int) -> ir.Value:
             return b.load(b.gep(frame, [ir.Constant(I64, i)]))
 
         types = kfn.fn.function_type.args
-        fixed = [b.inttoptr(slot(i), t) if t.is_pointer else slot(i) for i, t in enumerate(types[:-3])]
-        status = b.inttoptr(slot(len(types) - 3), types[-1])
         n = len(types) - 2
-        counter = b.inttoptr(slot(n), I64.as_pointer())
+        numbers = b.gep(frame, [ir.Constant(I64, n + 3)])
+        thread = b.atomic_rmw("add", numbers, ir.Constant(I64, 1), "monotonic")
+        fixed = []
+        for i, t in enumerate(types[:-3]):
+            value = b.inttoptr(slot(i), t) if t.is_pointer else slot(i)
+            buf = kfn.buffers[i] if i < len(kfn.buffers) else None
+            if buf is not None and buf.per_thread:
+                value = b.gep(value, [b.mul(thread, ir.Constant(I64, buf.size // THREADS))], inbounds=True)
+            fixed.append(value)
+        status = b.inttoptr(slot(len(types) - 3), types[-1])
+        counter = b.gep(frame, [ir.Constant(I64, n)])
         extent, chunk = slot(n + 1), slot(n + 2)
         with for_each_chunk(b, counter, extent, chunk) as (start, stop):
             b.call(kfn.fn, [*fixed, start, stop, status])
-        b.ret(ir.Constant(I8P, None))
+        b.ret_void()
         return fn
 
     def _base(self, b: ir.IRBuilder, buf: Buffer, bases: dict[Buffer, ir.Value], arena: ir.Value) -> ir.Value:
