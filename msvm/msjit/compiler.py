@@ -250,7 +250,7 @@ class CompilerThread:
         0.15–0.2 s in a fresh process)."""
         t0 = time.perf_counter_ns()
         client = self._client(None)
-        client.prestart()
+        client.prestart(preload="msvm.msjit.codegen.region")  # its import overlaps this thread's
         from .codegen import compile_region
 
         try:

@@ -20,6 +20,8 @@ inside the worker).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import select
@@ -115,15 +117,19 @@ class CompileWorker:
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
 
-    def prestart(self) -> None:
+    def prestart(self, preload: str | None = None) -> None:
         """Start the worker process on a background thread now, so the first ``compile`` finds it ready
-        (starting one costs about half a second); a start that fails is retried by ``compile``."""
-        threading.Thread(target=self._start_quietly, name="msvm-worker-start", daemon=True).start()
+        (starting one costs about half a second), and have it import ``preload`` (an msvm module the
+        first ``call`` will need) meanwhile; a start that fails is retried by ``compile``."""
+        threading.Thread(target=self._start_quietly, args=(preload,), name="msvm-worker-start",
+                         daemon=True).start()
 
-    def _start_quietly(self) -> None:
+    def _start_quietly(self, preload: str | None) -> None:
         with self._lock:
             try:
                 self._ensure_started()
+                if preload is not None:
+                    self._exchange({"op": "import", "module": preload}, b"", self._start_timeout_s)
             except (OSError, RuntimeError):
                 self._stop(graceful=False)
 
@@ -321,6 +327,13 @@ def _serve(inp: BinaryIO, out: BinaryIO) -> None:
         if header.get("op") == "hello":
             write_frame(out, {**reply, "protocol": PROTOCOL_VERSION, "target": llvm.target_identity()})
             continue
+        if header.get("op") == "import":  # a module a later call needs, imported while the parent works
+            name = str(header.get("module", ""))
+            ok = name.startswith("msvm.") and importlib.util.find_spec(name) is not None
+            if ok:
+                importlib.import_module(name)
+            write_frame(out, {**reply, "ok": ok})
+            continue
         try:
             inject = header.get("inject")
             if inject == "crash":
@@ -348,8 +361,6 @@ def _serve(inp: BinaryIO, out: BinaryIO) -> None:
 
 
 def _run(target: str, args: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
-    import importlib
-
     module, _, function = target.partition(":")
     if not module.startswith("msvm."):
         raise ValueError(f"the worker only runs msvm functions, not {target!r}")

@@ -119,3 +119,16 @@ def test_worker_process_imports_neither_the_vm_nor_numpy() -> None:
     out = subprocess.run([sys.executable, "-c", probe, str(Path(worker_module.__file__).parents[1])],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['msvm', 'msvm.native', 'msvm.native.llvm', 'msvm.native.worker']"
+
+
+def test_calls_run_msvm_functions_only_and_their_errors_are_results() -> None:
+    w = CompileWorker()
+    try:
+        w.prestart(preload="msvm.no_such_module")  # an unknown preload is refused, the worker stays up
+        with pytest.raises(ValueError):
+            w.call("os:system", {"cmd": "true"})
+        bad = w.call("msvm.msjit.codegen.region:lower_in_worker", {}, b"not a module")
+        assert not bad.ok and not bad.crashed and bad.error.startswith("BytecodeFormatError")
+        assert w.compile(SAXPY, 60).ok and w.starts == 1
+    finally:
+        w.close()
