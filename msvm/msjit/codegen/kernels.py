@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 # Threads a large kernel's outer loop is split over (this machine: 2 cores; BLAS threads its own GEMMs).
 THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-# Elements below which a kernel runs on one thread (handing a job to a sleeping helper costs a futex wake-up;
-# on this shared machine 1 << 16 measured within noise of 1 << 18 on W3 and W5).
+# Elements below which a kernel runs on one thread. Handing a job to the pool's helper is cheap, but
+# lower is slower here: at 1 << 15 the W3 region ran 23 % slower (its small kernels follow GEMMs, whose
+# BLAS threads still spin on the cores after returning); W5's single large row kernel did not change.
 PARALLEL_MIN = 1 << 18
 # Chunks of a split outer loop per thread: enough that a thread slowed by another process's load on
 # its core hands its share to the other, few enough that claiming one (an atomic add) costs nothing.
