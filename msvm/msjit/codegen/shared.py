@@ -7,7 +7,9 @@ written once per array (the file is kept while the array lives) to a file in ``/
 not disk) and stands in the sent module as a one-element placeholder; the worker maps the file
 read-only — pages it never reads are never touched — and puts the real array back before lowering.
 Files carry the owner's pid: the first export of a process removes those of processes that are gone
-(a killed kernel cannot remove its own).
+(a killed kernel cannot remove its own). The files kept are bounded (``BUDGET`` bytes, least recently
+sent first out): a large model's weights are not held twice in memory for as long as they live —
+once sent, the worker has them mapped, and a later compile writes an evicted array again.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ import numpy as np
 from ...bytecode.module import Module
 
 MIN_BYTES = 1 << 20
+BUDGET = 256 << 20
 _DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
-_files: dict[int, tuple[weakref.ref, str]] = {}  # id(array) -> (the array, its file)
+_files: dict[int, tuple[weakref.ref, str, int]] = {}  # id(array) -> (the array, its file, bytes), LRU order
 _counter = itertools.count()
 _lock = threading.Lock()
 _swept = False
@@ -41,6 +44,8 @@ def export(module: Module) -> tuple[Module, list[list[Any]]]:
         if isinstance(c, np.ndarray) and c.nbytes >= MIN_BYTES and c.dtype.kind in "fiub":
             shared.append([i, _file_of(c), c.dtype.name, list(c.shape)])
             constants[i] = np.zeros(1, c.dtype)
+    if shared:
+        _evict({path for _, path, _, _ in shared})
     return (replace(module, constants=constants) if shared else module), shared
 
 
@@ -57,8 +62,9 @@ def _file_of(array: np.ndarray) -> str:
         if not _swept:
             _swept = True
             _sweep()
-        known = _files.get(id(array))
+        known = _files.pop(id(array), None)
         if known is not None and known[0]() is array:
+            _files[id(array)] = known  # most recently used: last
             return known[1]
         path = os.path.join(_DIR, f"msvm-{os.getpid()}-{next(_counter)}.const")
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -68,9 +74,24 @@ def _file_of(array: np.ndarray) -> str:
                 view = view[os.write(fd, view):]
         finally:
             os.close(fd)
-        _files[id(array)] = (weakref.ref(array), path)
+        _files[id(array)] = (weakref.ref(array), path, array.nbytes)
         weakref.finalize(array, _forget, id(array), path)
         return path
+
+
+def _evict(keep: set[str]) -> None:
+    """Remove the least recently sent files (not those in ``keep``) while the kept ones exceed ``BUDGET``."""
+    with _lock:
+        total = sum(n for _, _, n in _files.values())
+        for key, (_, path, n) in list(_files.items()):
+            if total <= BUDGET:
+                break
+            if path in keep:
+                continue
+            del _files[key]
+            total -= n
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 def _sweep() -> None:
@@ -90,7 +111,7 @@ def _sweep() -> None:
 
 def _forget(key: int, path: str) -> None:
     with _lock:
-        if _files.get(key, (None, path))[1] == path:
+        if _files.get(key, (None, path, 0))[1] == path:
             _files.pop(key, None)
     with contextlib.suppress(OSError):
         os.unlink(path)

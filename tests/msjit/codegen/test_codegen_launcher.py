@@ -288,6 +288,20 @@ def test_large_constants_reach_the_worker_through_shared_files():
     assert not os.path.exists(path)  # the file goes with the array
 
 
+def test_shared_files_stay_within_their_budget(monkeypatch):
+    from msvm.bytecode import Module
+    from msvm.msjit.codegen import shared
+
+    monkeypatch.setattr(shared, "BUDGET", 2 * shared.MIN_BYTES)
+    arrays = [np.full(shared.MIN_BYTES // 4, i, np.float32) for i in range(3)]  # 1 MiB each
+    paths = [shared.export(Module("m", [], [a]))[1][0][1] for a in arrays]
+    assert [os.path.exists(p) for p in paths] == [False, True, True]  # least recently sent out first
+    shared.export(Module("m", [], [arrays[1]]))  # sent again: most recent now
+    again = shared.export(Module("m", [], [arrays[0]]))[1][0][1]  # evicted: written anew
+    assert again != paths[0]
+    assert [os.path.exists(p) for p in (again, paths[1], paths[2])] == [True, True, False]
+
+
 def test_files_of_processes_that_are_gone_are_swept(monkeypatch):
     import subprocess
 
