@@ -246,3 +246,19 @@ def test_symbolic_rows_split_into_heads_stay_views():
         x = rand((n, 64), rng=np.random.default_rng(n))
         assert_close(r.fn(x), interpret(m, x))
     assert kinds(r) == ["gemm", "gemm", "row", "gemm"], r.lowered.kernels
+
+
+@pytest.mark.parametrize("steps, interleaved", [(3, False), (12, True), (80, False)])
+def test_long_chains_interleave_within_a_compile_budget(steps, interleaved):
+    """A chain deep enough to be latency-bound runs several vector iterations side by side, but never
+    so many copies of a very long chain that LLVM's optimiser time explodes (W6: 256 → 127 ms)."""
+
+    def body(f, x):
+        for _ in range(steps):
+            x = f.call("maximum", [f.call("mul", [x, x]), f.call("sub", [x, f.load_const(np.float32(0.5))])])
+        return x
+
+    m = region(body, [("[8, 8]", "float32")])
+    assert ("llvm.loop.interleave.count" in lower(m, "f").ir) == interleaved
+    x = rand((8, 8), low=-0.9, high=0.9)
+    assert_close(compiled(m).fn(x), interpret(m, x))
