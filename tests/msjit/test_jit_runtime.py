@@ -210,8 +210,10 @@ def test_monitor_sees_the_queue_the_active_compile_and_events_on_the_compiler_th
         run_hot(affine, rand(3, 16))  # the execution thread never waits for the blocked compiler
         assert not ms.vm.wait_for_compiles(0.2)
         active = monitor.active()
-        assert active is not None and active["name"].endswith("_N2") and active["phase"] == "compile"
-        assert [e["name"].split("_")[-1] for e in monitor.queue()] == ["N3"]
+        assert active is not None and active["phase"] == "compile"
+        waiting = [e["name"].split("_")[-1] for e in monitor.queue()]
+        # whichever the compiler took first (N2 if it was idle; the costlier N3 if both were queued)
+        assert len(waiting) == 1 and {active["name"].split("_")[-1], *waiting} == {"N2", "N3"}
     finally:
         release.set()
         COMPILER._use_backend(None)
