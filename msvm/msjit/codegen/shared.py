@@ -3,8 +3,8 @@
 Why: a region's weights can be tens of megabytes (W2's two 16 MiB matrices), and encoding them into
 the MS-BC sent to the worker copies them several times while holding the GIL — 130 ms for W2 —
 then the pipe and the decoder copy them again. A constant of at least ``MIN_BYTES`` is instead
-written once per array (the file is kept while the array lives) to a file in ``/dev/shm`` (memory,
-not disk) and stands in the sent module as a one-element placeholder; the worker maps the file
+written once per array to a file in ``/dev/shm`` (memory, not disk; kept while the array lives and
+the budget below allows) and stands in the sent module as a one-element placeholder; the worker maps the file
 read-only — pages it never reads are never touched — and puts the real array back before lowering.
 Files carry the owner's pid: the first export of a process removes those of processes that are gone
 (a killed kernel cannot remove its own). The files kept are bounded (``BUDGET`` bytes, least recently
