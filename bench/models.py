@@ -31,6 +31,7 @@ class Workload:
     torch: Callable[..., Any] | None = None  # torch_fn(*tensors)
     modes: tuple[str, ...] = ("exact",)  # JIT cache modes worth showing
     also_steady: tuple[tuple[str, tuple[np.ndarray, ...]], ...] = ()  # (label, input) measured too
+    switches: bool = False  # report how the stream's last calls compare with their shape's steady time
     notes: list[str] = field(default_factory=list)
 
 
@@ -318,6 +319,7 @@ def workloads(torch_ok: bool) -> list[Workload]:
         lambda a: cnn_flops(cnn_p, a[0]),
         lambda a: 4.0 * a[0].size,
         torch_cnn(cnn_p) if torch_ok else None,
+        switches=True,
     )
     rng = _rng(50)
     w5_p = {

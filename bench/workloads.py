@@ -27,6 +27,7 @@ from .harness import calibrate_first, fmt_ratio, fmt_time, measure, optional_imp
 from .models import Workload, workloads
 
 BUCKETS = (1, 4, 16, 64, 256, 1024)
+SWITCH_PASSES = 3
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Run:
     error: str | None = None
     max_abs_err: float | None = None
     also_steady: dict[str, float] = field(default_factory=dict)  # label -> steady seconds
+    switch_ratios: list[float] = field(default_factory=list)  # stream again, warm: call ÷ its shape's steady
 
 
 def machine_peaks() -> tuple[float, float]:
@@ -75,6 +77,28 @@ def run_stream(engine: str, fn: Callable[..., Any], w: Workload, convert=lambda 
     return run
 
 
+def measure_switches(run: Run, w: Workload, fn: Callable[..., Any], convert=lambda a: a) -> None:
+    """Do later shape switches run at steady speed (W4: no thrash between two specialisations)? Once
+    every shape of the stream is warm — compiled, where the JIT is on — the stream runs again
+    (``SWITCH_PASSES`` times; a call's ratio is its median), and each call is compared with the steady
+    time of its own shape."""
+    if not w.switches:
+        return
+    inputs = [tuple(convert(a) for a in raw) for raw in w.stream]
+    steady = {}
+    for raw, args in zip(w.stream, inputs):
+        if _key(raw) not in steady:
+            steady[_key(raw)] = measure(lambda a=args: fn(*a), repeat=5, min_time=0.1)
+    passes: list[list[float]] = []
+    for _ in range(SWITCH_PASSES):
+        passes.append([])
+        for raw, args in zip(w.stream, inputs):
+            t0 = time.perf_counter()
+            fn(*args)
+            passes[-1].append((time.perf_counter() - t0) / steady[_key(raw)])
+    run.switch_ratios = [statistics.median(call) for call in zip(*passes)]
+
+
 def _jit_stats(run: Run, fname: str) -> None:
     entries = [e for e in ms.vm.jit_info() if e["function"] == fname]
     run.entries = len(entries)
@@ -101,6 +125,7 @@ def bench_msvm(w: Workload, engine: str, options: dict[str, Any], reference: np.
             fn(*args)
         ms.vm.wait_for_compiles(120)
         run.also_steady[label] = measure(lambda args=args: fn(*args), repeat=5, min_time=0.1)
+    measure_switches(run, w, fn)
     return run
 
 
@@ -121,6 +146,7 @@ def bench_torch(w: Workload, compiled: bool, reference: np.ndarray) -> Run:
         for label, args in w.also_steady:
             tensors = tuple(torch.from_numpy(a) for a in args)
             run.also_steady[label] = measure(lambda t=tensors: fn(*t), repeat=5, min_time=0.1)
+        measure_switches(run, w, fn, torch.from_numpy)
     return run
 
 
@@ -133,6 +159,7 @@ def bench_workload(w: Workload, args: argparse.Namespace, torch_mod: Any) -> lis
     for label, inputs in w.also_steady:
         numpy_run.also_steady[label] = measure(lambda a=inputs: fn_ref.py_func(*a), repeat=5, min_time=0.1)
     numpy_run.max_abs_err = 0.0
+    measure_switches(numpy_run, w, fn_ref.py_func)
     runs.append(numpy_run)
     runs.append(bench_msvm(w, "msvm interp", {"hot_threshold": 1 << 30}, reference))
     for mode in w.modes:
@@ -211,6 +238,11 @@ def report(w: Workload, runs: list[Run], peaks: tuple[float, float]) -> str:
         times = ", ".join(f"{r.engine} {fmt_time(r.also_steady[label])} ({r.also_steady[label] / bound:.2f}×)"
                           for r in runs if label in r.also_steady)
         out += f"\nsteady at {label} ({kind} {fmt_time(bound)}): {times}"
+    switching = [r for r in runs if r.switch_ratios]
+    if switching:
+        ratios = ", ".join(f"{r.engine} median {statistics.median(r.switch_ratios):.2f}× "
+                           f"(max {max(r.switch_ratios):.2f}×)" for r in switching)
+        out += f"\nlater shape switches (the stream again, every shape warm) ÷ their shape's steady: {ratios}"
     for r in runs:
         if r.compile_ms:
             out += f"\n{r.engine}: compile ms per entry median {statistics.median(r.compile_ms):.1f}"
