@@ -38,6 +38,21 @@ VOID = ir.VoidType()
 INT64_MAX = (1 << 63) - 1
 
 
+def run_on_pool(b: ir.IRBuilder, extern: Callable[[externs.Key], ir.Value], job: ir.Value,
+                fields: Sequence[ir.Value], threads: ir.Value) -> None:
+    """Store ``fields`` (pointers as integers) as i64 each in a stack frame and run ``job`` (``void
+    job(i64* frame)``, as ``i8*``) on the job pool of ``kernels.threads``: this thread and up to
+    ``threads − 1`` helpers. ``extern`` loads an extern table entry (the pool's address lives there)."""
+    block = Slot(b, ir.ArrayType(I64, len(fields))).ptr
+    frame = b.gep(block, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
+    for i, value in enumerate(fields):
+        value = b.ptrtoint(value, I64) if value.type.is_pointer else value
+        b.store(value, b.gep(frame, [ir.Constant(I64, i)], inbounds=True))
+    run = ir.FunctionType(VOID, [I8P, I8P, I64.as_pointer(), I64]).as_pointer()
+    state = b.inttoptr(extern(("pool", "state")), I8P)
+    b.call(b.inttoptr(extern(("pool", "run")), run), [state, job, frame, threads])
+
+
 def _probe_data_offset() -> int | None:
     """Byte offset of ``data`` in numpy's array object, checked on live arrays (None if not found)."""
     probes = [np.empty(3, np.float32), np.zeros((2, 5), np.int64)[:, 1:]]
@@ -357,14 +372,8 @@ class ModuleEmitter:
                 chunk = b.sdiv(b.add(extent, b.sub(per_chunk, ir.Constant(I64, 1))), per_chunk)
                 zero = ir.Constant(I64, 0)
                 fields = [*ptrs, *params, status, zero, extent, chunk, zero]  # counter, …, thread numbers
-                frame = b.alloca(I64, len(fields), name="frame")
-                for i, value in enumerate(fields):
-                    value = b.ptrtoint(value, I64) if value.type.is_pointer else value
-                    b.store(value, b.gep(frame, [ir.Constant(I64, i)]))
-                run_type = ir.FunctionType(VOID, [I8P, I8P, I64.as_pointer(), I64]).as_pointer()
-                b.call(b.inttoptr(self.extern(b, ("pool", "run")), run_type),
-                       [b.inttoptr(self.extern(b, ("pool", "state")), I8P),
-                        b.bitcast(self._chunk_runner(kfn), I8P), frame, ir.Constant(I64, THREADS)])
+                job = b.bitcast(self._chunk_runner(kfn), I8P)
+                run_on_pool(b, lambda key: self.extern(b, key), job, fields, ir.Constant(I64, THREADS))
             with inline:
                 b.call(kfn.fn, [*ptrs, *params, ir.Constant(I64, 0), ir.Constant(I64, INT64_MAX), status])
 

@@ -33,7 +33,7 @@ from ...shapes import Dim, as_dim
 from . import dtypes
 from .buffers import Buffer
 from .dtypes import F32, I64, cast, constant
-from .emit import I8P, FnBuilder, ModuleEmitter, accumulate
+from .emit import I8P, FnBuilder, ModuleEmitter, accumulate, run_on_pool
 from .emit_elementwise import ElementwiseKernel, extreme, intrinsic_call
 from .emit_linalg import ConvGeometry, window_source
 from .kernels import THREADS, Kernel
@@ -515,18 +515,8 @@ def _layout(what: str, border: int | None) -> str:
 def run_job(fb: FnBuilder, frame: Frame, values: dict[str, ir.Value], job: tuple, threads: ir.Value) -> None:
     """Fill ``frame``'s fields (absent ones 0) in this function's stack and run ``job`` (an extern key:
     the kernel's ``job_address`` arguments) on the job pool."""
-    b = fb.b
-    block = Slot(b, ir.ArrayType(I64, len(frame.fields))).ptr
-    base = b.gep(block, [_i64(0), _i64(0)], inbounds=True)
-    for name, i in frame.index.items():
-        value = values.get(name, _i64(0))
-        value = b.ptrtoint(value, I64) if value.type.is_pointer else value
-        b.store(value, b.gep(base, [_i64(i)], inbounds=True))
-    fnty = ir.FunctionType(ir.VoidType(), [I8P, I8P, I64.as_pointer(), I64])
-    b.call(
-        b.inttoptr(fb.extern(("pool", "run")), fnty.as_pointer()),
-        [b.inttoptr(fb.extern(("pool", "state")), I8P), b.inttoptr(fb.extern(job), I8P), base, threads],
-    )
+    fields = [values.get(name, _i64(0)) for name in frame.fields]
+    run_on_pool(fb.b, fb.extern, fb.b.inttoptr(fb.extern(job), I8P), fields, threads)
 
 
 def _same_numel(view: View, buf: Buffer) -> bool:

@@ -77,12 +77,13 @@ class LoweredRegion:
             consts.append([index, c.dtype.name, list(c.shape)])
             if index is None:
                 blocks.append(c.tobytes())
-        header = {"ir_len": len(self.ir.encode()), "entry": self.entry, "params": self.params,
+        ir_bytes = self.ir.encode()
+        header = {"ir_len": len(ir_bytes), "entry": self.entry, "params": self.params,
                   "planned_bytes": self.planned_bytes, "naive_bytes": self.naive_bytes,
                   "kernels": self.kernels,
                   "placements": [list(astuple(p)) for p in self.placements], "launch": self.launch.to_json(),
                   "externs": externs.to_json(self.externs), "constants": consts, "lower_ms": self.lower_ms}
-        return header, [self.ir.encode(), *blocks]
+        return header, [ir_bytes, *blocks]
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], data: bytes, module: Module) -> LoweredRegion:
