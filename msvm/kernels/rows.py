@@ -51,7 +51,9 @@ REASSOC = ("reassoc", "contract", "nsz")
 FLOPS_PER_ELEMENT = {"layer_norm": 30, "softmax": 60}  # for how many threads a call is worth
 LN_FRAME = Frame(("x", "out", "weight", "bias", "rows", "n", "chunk", "eps", "counter"),
                  pointers=("x", "out", "weight", "bias"), zeroed=("counter",))
-SOFTMAX_FRAME = Frame(("x", "out", "rows", "n", "chunk", "counter"), pointers=("x", "out"),
+# softmax(x · scale) per row; ``scale`` and ``eps`` are float64 bit patterns (``f64_bits``); ``safe``: a row
+# of −inf gives zeros, not NaN (attention's fully masked rows)
+SOFTMAX_FRAME = Frame(("x", "out", "rows", "n", "chunk", "scale", "safe", "counter"), pointers=("x", "out"),
                       zeroed=("counter",))
 
 
@@ -143,21 +145,29 @@ def _build_softmax(dtype: str) -> str:
     b, a = SOFTMAX_FRAME.define(module, "softmax", ft.as_pointer(), no_builtins=True)
     load, store, broadcast = _access(b)
     n = a["n"]
+    scale = b.bitcast(a["scale"], ir.DoubleType())
+    scale = scale if dtype == "float64" else b.fptrunc(scale, ft)
+    safe = b.icmp_signed("!=", a["safe"], i64(0))
     with for_each_chunk(b, a["counter"], a["rows"], a["chunk"]) as (start, stop), for_range(b, start, stop,
                                                                                           name="r") as r:
         base = b.mul(r, n)
         x, out = gep(b, a["x"], base), gep(b, a["out"], base)
+
+        def scaled(i: ir.Value, width: int) -> ir.Value:
+            return b.fmul(load(x, i, width), broadcast(scale, width))
+
         # maxnum skips a NaN, but a NaN still reaches every output through exp and the sum
-        top = _fold(b, ft, n, lanes, -math.inf, lambda acc, v: maxnum(b, acc, v), lambda i, w: load(x, i, w),
-                    "m")
+        top = _fold(b, ft, n, lanes, -math.inf, lambda acc, v: maxnum(b, acc, v), scaled, "m")
+        top = b.select(b.and_(safe, b.fcmp_ordered("==", top, const(ft, -math.inf))), const(ft, 0.0), top)
 
         def exp(i: ir.Value, width: int) -> ir.Value:
-            e = mathlib.emit_exp(b, b.fsub(load(x, i, width), broadcast(top, width)))
+            e = mathlib.emit_exp(b, b.fsub(scaled(i, width), broadcast(top, width)))
             store(e, out, i)
             return e
 
         total = _fold(b, ft, n, lanes, 0.0, lambda acc, v: b.fadd(acc, v, flags=REASSOC), exp, "e")
         inv = b.fdiv(const(ft, 1.0), total)
+        inv = b.select(b.and_(safe, b.fcmp_unordered("<=", total, const(ft, 0.0))), const(ft, 0.0), inv)
         _sweep(b, n, lanes, lambda i, w: store(b.fmul(load(out, i, w), broadcast(inv, w)), out, i), "o")
     b.ret_void()
     return str(module)
@@ -166,23 +176,34 @@ def _build_softmax(dtype: str) -> str:
 _BUILDERS = {"layer_norm": _build_layer_norm, "softmax": _build_softmax}
 
 
+def job_address(kind: str, dtype: str) -> int:
+    """The address of the ``kind`` job ("layer_norm" or "softmax") for ``dtype``; JIT regions call it too."""
+    return native_library(("rows", kind, dtype), lambda: _BUILDERS[kind](dtype)).address(kind)
+
+
+def f64_bits(value: float) -> int:
+    """A float as the int64 of its float64 bits: how frames carry ``eps`` and ``scale``."""
+    return struct.unpack("<q", struct.pack("<d", float(value)))[0]
+
+
 def _run(kind: str, frame_type: Frame, x: np.ndarray, out: np.ndarray, n: int, **fields: int | None) -> None:
     rows = x.size // n if n else 0
     if rows:
         frame = frame_type.pack(x=ptr(x), out=ptr(out), rows=rows, n=n, chunk=max(1, CHUNK_ELEMENTS // n),
                                 **fields)
-        dtype = float_name(x.dtype)
-        job = native_library(("rows", kind, dtype), lambda: _BUILDERS[kind](dtype)).address(kind)
-        POOL.run(job, frame, flops=x.size * FLOPS_PER_ELEMENT[kind])
+        POOL.run(job_address(kind, float_name(x.dtype)), frame, flops=x.size * FLOPS_PER_ELEMENT[kind])
 
 
-def softmax_rows(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Softmax over the last axis of ``x`` (float32/float64) into ``out`` (new if None; may be ``x``)."""
+def softmax_rows(x: np.ndarray, out: np.ndarray | None = None, *, scale: float = 1.0, safe: bool = False
+                 ) -> np.ndarray:
+    """Softmax of ``x · scale`` over the last axis (float32/float64) into ``out`` (new if None; may be
+    ``x``); ``safe``: rows that are all −inf give zeros (what generated attention code asks for)."""
     if not x.flags.c_contiguous:
         x = x.copy()
     if out is None:
         out = np.empty(x.shape, x.dtype)
-    _run("softmax", SOFTMAX_FRAME, x, out, x.shape[-1] if x.ndim else 1)
+    n = x.shape[-1] if x.ndim else 1
+    _run("softmax", SOFTMAX_FRAME, x, out, n, scale=f64_bits(scale), safe=int(safe))
     return out
 
 
@@ -198,8 +219,7 @@ def layer_norm_rows(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray |
     weight = ones if weight is None else np.ascontiguousarray(weight, x.dtype).reshape(n)
     bias = zeros if bias is None else np.ascontiguousarray(bias, x.dtype).reshape(n)
     out = np.empty(x.shape, x.dtype)
-    (eps_bits,) = struct.unpack("<q", struct.pack("<d", float(eps)))
-    _run("layer_norm", LN_FRAME, x, out, n, weight=ptr(weight), bias=ptr(bias), eps=eps_bits)
+    _run("layer_norm", LN_FRAME, x, out, n, weight=ptr(weight), bias=ptr(bias), eps=f64_bits(eps))
     return out
 
 

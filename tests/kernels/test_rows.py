@@ -42,6 +42,19 @@ def test_softmax_special_values_and_other_axes():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_softmax_scale_and_safe_rows(dtype):
+    """What JIT regions call the job with: the attention scale, and zeros for a fully masked row."""
+    x = np.random.default_rng(3).standard_normal((5, 37)).astype(dtype) * 4
+    x[2] = -np.inf
+    expected = REGISTRY["softmax"].kernel(x * np.asarray(0.3, dtype), axis=-1)
+    got = rows.softmax_rows(x, scale=0.3, safe=True)
+    np.testing.assert_allclose(np.delete(got, 2, 0), np.delete(expected, 2, 0), *TOLERANCE[dtype])
+    assert np.array_equal(got[2], np.zeros(37, dtype))
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(rows.softmax_rows(x, scale=0.3)[2]).all()  # unsafe: like the reference
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("affine", [True, False])
 def test_layer_norm_agrees_with_the_reference(shape, dtype, affine):

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
+from ...kernels.native import Frame
 from ...native.irhelpers import Slot, for_each_chunk, for_range
 from ...shapes import Dim
 from . import dims, externs
@@ -51,6 +52,13 @@ def run_on_pool(b: ir.IRBuilder, extern: Callable[[externs.Key], ir.Value], job:
     run = ir.FunctionType(VOID, [I8P, I8P, I64.as_pointer(), I64]).as_pointer()
     state = b.inttoptr(extern(("pool", "state")), I8P)
     b.call(b.inttoptr(extern(("pool", "run")), run), [state, job, frame, threads])
+
+
+def run_job(fb: FnBuilder, frame: Frame, values: dict[str, ir.Value], job: tuple, threads: ir.Value) -> None:
+    """Fill ``frame``'s fields (absent ones 0) in this function's stack and run ``job`` (an extern key:
+    a native kernel's job, ``externs.resolve``) on the job pool."""
+    fields = [values.get(name, ir.Constant(I64, 0)) for name in frame.fields]
+    run_on_pool(fb.b, fb.extern, fb.b.inttoptr(fb.extern(job), I8P), fields, threads)
 
 
 def _probe_data_offset() -> int | None:

@@ -26,14 +26,13 @@ from llvmlite import ir
 
 from ...kernels import conv_depthwise, conv_nchwc
 from ...kernels.conv_common import NO_EPILOGUE, Epilogue
-from ...kernels.native import Frame
 from ...kernels.threads import MIN_FLOPS_PER_THREAD
 from ...native.irhelpers import LANES, Slot, for_range
 from ...shapes import Dim, as_dim
 from . import dtypes
 from .buffers import Buffer
 from .dtypes import F32, I64, cast, constant
-from .emit import I8P, FnBuilder, ModuleEmitter, accumulate, run_on_pool
+from .emit import FnBuilder, ModuleEmitter, accumulate, run_job
 from .emit_elementwise import ElementwiseKernel, extreme, intrinsic_call
 from .emit_linalg import ConvGeometry, window_source
 from .kernels import THREADS, Kernel
@@ -510,13 +509,6 @@ def _bordered(
 
 def _layout(what: str, border: int | None) -> str:
     return "" if border is None else f" NCHWc{what}" + (f"+{border}" if border else "")
-
-
-def run_job(fb: FnBuilder, frame: Frame, values: dict[str, ir.Value], job: tuple, threads: ir.Value) -> None:
-    """Fill ``frame``'s fields (absent ones 0) in this function's stack and run ``job`` (an extern key:
-    the kernel's ``job_address`` arguments) on the job pool."""
-    fields = [values.get(name, _i64(0)) for name in frame.fields]
-    run_on_pool(fb.b, fb.extern, fb.b.inttoptr(fb.extern(job), I8P), fields, threads)
 
 
 def _same_numel(view: View, buf: Buffer) -> bool:

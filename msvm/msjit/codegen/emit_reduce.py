@@ -15,6 +15,11 @@ result once. ``RowResult`` is the kernel's value as an expression: consumers tha
 elementwise at the same index become the final sweep's epilogue instead of another pass. A large
 result the region returns is written with non-temporal stores (``streams``): the final sweep
 finishes the row in its scratch, then streams it out without first reading the lines it overwrites.
+
+A row kernel with nothing fused — a layer_norm or (scaled) softmax of a tensor in memory, written
+to memory as it is, as in a transformer layer — calls ``msvm.kernels.rows``' job instead: the same
+code the interpreter runs, compiled once per process, where generating it again costs a region
+20–30 ms of LLVM time per row kernel.
 """
 
 from __future__ import annotations
@@ -23,15 +28,17 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from ...native.irhelpers import Slot, stream_copy
+from ...kernels import rows as native_rows
+from ...kernels.threads import MIN_FLOPS_PER_THREAD
+from ...native.irhelpers import Slot, max_i64, min_i64, stream_copy
 from ...shapes import Dim
 from . import dtypes
 from .buffers import Buffer
 from .dtypes import I64, cast, constant, is_float
-from .emit import FnBuilder, ModuleEmitter, loop_nest
+from .emit import FnBuilder, ModuleEmitter, loop_nest, run_job
 from .emit_elementwise import extreme, intrinsic_call, math_call
-from .kernels import Kernel, expr_buffers, has_checks
-from .nodes import Expr, is_compute, summary
+from .kernels import THREADS, Kernel, expr_buffers, has_checks
+from .nodes import Const, Expr, Load, Map, is_compute, summary
 from .views import ZERO, Shape, View, contiguous_strides, numel, same
 
 REDUCE_FLAGS = ("reassoc", "contract", "nsz")
@@ -278,14 +285,62 @@ def streams(spec: RowSpec, out: Buffer, view: View) -> bool:
     )
 
 
+def _dense(ld: Expr | None, shape: Shape, dtype: str) -> bool:
+    return isinstance(ld, Load) and ld.dtype == dtype and ld.view.is_contiguous() and same(numel(ld.shape),
+                                                                                           numel(shape))
+
+
+def _per_row(ld: Expr | None, spec: RowSpec) -> bool:
+    """A load of one row's worth of elements, the same for every row (a layer_norm weight or bias)."""
+    if not isinstance(ld, Load) or ld.dtype != spec.dtype:
+        return False
+    outer = len(spec.space) - spec.row_rank
+    rows = spec.row_shape
+    shape, strides = ld.view.shape, ld.view.strides
+    shared = all(d == 1 or same(s, ZERO) for d, s in zip(shape[:outer], strides[:outer]))
+    dense = all(d == 1 or same(s, c) for d, s, c in zip(rows, strides[outer:], contiguous_strides(rows)))
+    return shared and dense
+
+
+class NativeRows:
+    """A row kernel as a call of ``msvm.kernels.rows``' job: ``job`` "layer_norm" or "softmax" of
+    ``src`` (times ``scale``)."""
+
+    def __init__(self, job: str, src: Load, scale: float = 1.0) -> None:
+        self.job, self.src, self.scale = job, src, scale
+
+    @classmethod
+    def of(cls, spec: RowSpec, final: Expr, out: Buffer, view: View) -> NativeRows | None:
+        """The job when the kernel fuses nothing (plain loads in, its result stored as it is), else None."""
+        dt = spec.dtype
+        if final is not spec.result or dt not in native_rows.FLOATS or out.dtype != dt:
+            return None
+        if not view.is_contiguous() or streams(spec, out, view):
+            return None
+        if spec.kind == "norm":
+            affine = _per_row(spec.weight, spec) and _per_row(spec.bias, spec)
+            return cls("layer_norm", spec.src) if affine and _dense(spec.src, spec.space, dt) else None
+        if spec.kind not in ("softmax", "safe_softmax") or spec.row_rank != 1:
+            return None
+        src, scale = spec.src, 1.0
+        if isinstance(src, Map) and src.op == "mul" and src.dtype == dt:
+            consts = [a for a in src.args if isinstance(a, Const) and isinstance(a.scalar, float)]
+            loads = [a for a in src.args if isinstance(a, Load)]
+            if len(consts) == 1 and len(loads) == 1:
+                src, scale = loads[0], consts[0].scalar
+        return cls("softmax", src, scale) if _dense(src, spec.space, dt) else None
+
+
 class RowKernel(Kernel):
     """``out[view] = final`` where ``final`` is an elementwise expression of the spec's ``RowResult``."""
 
     def __init__(self, spec: RowSpec, final: Expr, out: Buffer, view: View, scratch: Buffer | None) -> None:
-        self.spec, self.final, self.out, self.view, self.row = spec, final, out, view, scratch
+        self.spec, self.final, self.out, self.view = spec, final, out, view
+        self.native = NativeRows.of(spec, final, out, view)
+        self.row = scratch if self.native is None else None
         self.can_fail = has_checks(spec.src, final)
-        if scratch is not None:
-            scratch.per_thread = True
+        if self.row is not None:
+            self.row.per_thread = True
 
     def streams(self) -> bool:
         """Stream rows out through the scratch (not when the result is also read here: in place)."""
@@ -309,15 +364,51 @@ class RowKernel(Kernel):
         return self.final
 
     def parallel_work(self) -> Dim | None:
-        return numel(self.spec.space)
+        return numel(self.spec.space) if self.native is None else None  # a native job splits itself
 
     def describe(self) -> str:
         shape = "x".join(map(str, self.spec.space))
         epilogue = summary(self.final)
         tail = "" if epilogue == self.spec.kind else f", epilogue {epilogue}"
+        tail += f" (native {self.native.job})" if self.native is not None else ""
         return f"row {self.spec.kind}[{shape}] {self.out.resolve().name} <- {summary(self.spec.src)}{tail}"
 
+    def _emit_native(self, em: ModuleEmitter, native: NativeRows) -> FnBuilder:
+        spec = self.spec
+        fb = em.function("row", [self.out, *self.reads()])
+        b = fb.b
+
+        def at(buf: Buffer, offset: Dim) -> ir.Value:
+            return b.gep(fb.ptr(buf), [fb.dim(offset)], inbounds=True)
+
+        def operand(ld: Expr | None) -> ir.Value:
+            assert isinstance(ld, Load)
+            return at(ld.buffer, ld.view.offset)
+
+        n, total = fb.dim(numel(spec.row_shape)), fb.dim(numel(spec.space))
+        some = max_i64(b, n, ir.Constant(I64, 1))
+        values = {"x": operand(native.src), "out": at(self.out, self.view.offset),
+                  "rows": b.sdiv(total, some), "n": n,
+                  "chunk": max_i64(b, b.sdiv(ir.Constant(I64, native_rows.CHUNK_ELEMENTS), some),
+                                   ir.Constant(I64, 1))}
+        if native.job == "layer_norm":
+            values |= {"weight": operand(spec.weight), "bias": operand(spec.bias),
+                       "eps": ir.Constant(I64, native_rows.f64_bits(spec.eps))}
+            frame = native_rows.LN_FRAME
+        else:
+            values |= {"scale": ir.Constant(I64, native_rows.f64_bits(native.scale)),
+                       "safe": ir.Constant(I64, int(spec.kind == "safe_softmax"))}
+            frame = native_rows.SOFTMAX_FRAME
+        work = b.mul(total, ir.Constant(I64, native_rows.FLOPS_PER_ELEMENT[native.job]))
+        threads = b.sdiv(work, ir.Constant(I64, int(MIN_FLOPS_PER_THREAD)))
+        threads = max_i64(b, min_i64(b, threads, ir.Constant(I64, THREADS)), ir.Constant(I64, 1))
+        run_job(fb, frame, values, ("rows", native.job, spec.dtype), threads)
+        fb.finish()
+        return fb
+
     def emit(self, em: ModuleEmitter) -> FnBuilder:
+        if self.native is not None:
+            return self._emit_native(em, self.native)
         spec = self.spec
         fb = em.function("row", [self.out, *self.scratch(), *self.reads()])
         b = fb.b

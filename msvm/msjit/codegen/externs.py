@@ -9,7 +9,8 @@ resolves the table's keys — what each address is, never an address — and sto
 address into the global after loading (``install``).
 
 Keys are tuples: ``("const", k)`` the plan's constant k, ``("gemm", entry name)``, ``("pool", "run" |
-"state")`` and ``(job, dtype, …)`` for the native conv jobs, as ``job_address`` takes them.
+"state")``, ``(job, dtype, …)`` for the native conv jobs, as ``job_address`` takes them, and ``("rows",
+kind, dtype)`` for the row jobs of ``msvm.kernels.rows``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ def resolve(key: Key, constants: Sequence[np.ndarray]) -> int:
         from ...kernels import conv_depthwise
 
         return conv_depthwise.job_address(*args)
+    if kind == "rows":
+        from ...kernels import rows
+
+        return rows.job_address(*args)
     raise LookupError(f"unknown extern {key!r}")
 
 

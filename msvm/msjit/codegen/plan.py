@@ -35,7 +35,7 @@ from . import views
 from .buffers import Buffer
 from .emit_elementwise import COSTLY_OPS, ELEMENTWISE_OPS, ElementwiseKernel
 from .emit_nn import conv_layouts
-from .emit_reduce import RowKernel, RowResult, streams
+from .emit_reduce import NativeRows, RowKernel, RowResult, streams
 from .errors import LoweringError
 from .kernels import Kernel
 from .nodes import Const, Expr, Index, Load, Map, is_compute, replace, walk
@@ -449,6 +449,7 @@ class Planner:
         if rows:
             spec = rows[0].spec
             needs = spec.needs_scratch() or streams(spec, dest, view)
+            needs = needs and NativeRows.of(spec, expr, dest, view) is None  # a native job has its own
             scratch = self.new_buffer(spec.row_shape, spec.dtype, "row") if needs else None
             self.add(RowKernel(spec, expr, dest, view, scratch))
         else:

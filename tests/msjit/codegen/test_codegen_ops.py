@@ -532,6 +532,29 @@ def test_large_attention_uses_gemm():
     assert kinds == ["gemm", "row", "gemm"], r.lowered.kernels
 
 
+def test_unfused_row_kernels_call_the_native_jobs(mode):
+    """A transformer's layer norms and attention softmax fuse nothing: they call ``msvm.kernels.rows``'
+    jobs (compiled once per process) instead of generating row code; results agree in every mode."""
+
+    def body(f, x, w, b, q, k, v):
+        h = f.call("layer_norm", [x, w, b], {"normalized_shape": (64,)})
+        return h, f.call("scaled_dot_product_attention", [q, k, v])
+
+    inputs = [((37, 64), "float32"), ((64,), "float32"), ((64,), "float32")] + [((4, 37, 16), "float32")] * 3
+    r = run_modes(mode, body, inputs, sym={"L": [(0, 0), (3, 1), (4, 1), (5, 1)]})
+    rows_ = sorted(k.rsplit(" (", 1)[-1] for k in r.lowered.kernels if k.startswith("row"))
+    assert rows_ == ["native layer_norm)", "native softmax)"], r.lowered.kernels
+
+
+def test_fused_row_kernels_are_generated():
+    def body(f, x, w, b):
+        return f.call("layer_norm", [f.call("gelu", [x]), w, b], {"normalized_shape": (64,)})
+
+    r = check(region(body, [("[9, 64]", "float32"), ("[64]", "float32"), ("[64]", "float32")]),
+              rand((9, 64)), rand((64,)), rand((64,)))
+    assert [k for k in r.lowered.kernels if "native" in k] == [], r.lowered.kernels
+
+
 def test_vector_matmuls_through_blas_write_the_callers_array():
     from codegen_helpers import assert_close, compiled, interpret
 
