@@ -13,7 +13,10 @@ request runs a function of the msvm package in the worker, ``fn(header, payload)
 ``CompileWorker`` is the parent's client: started lazily (or early and in the background by
 ``prestart``), thread-safe (one request at a time), and self-healing — when the worker dies
 (``crashed``, with its signal or exit code) or overruns its timeout (``timed_out``: it is killed),
-the result says so and the next request starts a fresh worker. Requests can inject faults for
+the result says so and the next request starts a fresh worker. A timeout counts the worker's own
+time: where the worker runs at idle priority (``idle=True``) and the user's code keeps every core
+busy, the time it waits for a CPU (Linux: ``/proc/<pid>/schedstat``) extends its deadline — a slow
+compile is not a hung one. Requests can inject faults for
 tests: ``inject="crash"`` (``os.abort()``), ``"hang"`` (sleeps forever) or ``"error"`` (raises
 inside the worker).
 """
@@ -33,6 +36,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -95,14 +99,37 @@ class WorkerResult:
                            asm=self.asm, times=self.times)
 
 
+class Deadline:
+    """``timeout_s`` of a worker's own time: time it spent runnable but waiting for a CPU (``waiting()``,
+    a growing count of seconds) does not count."""
+
+    def __init__(self, timeout_s: float, waiting: Callable[[], float]) -> None:
+        self._waiting = waiting
+        self._end = time.monotonic() + timeout_s - waiting()
+
+    def remaining(self) -> float:
+        return self._end + self._waiting() - time.monotonic()
+
+
+def _waiting_s(pid: int) -> float:
+    """Seconds process ``pid`` has spent runnable but not running (0.0 where the kernel does not say)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class CompileWorker:
     """Client of one compile worker process; see the module docstring."""
 
-    def __init__(self, *, python: str = sys.executable, start_timeout_s: float = 60.0, nice: int = 0) -> None:
-        """``nice``: how much lower the worker's CPU priority is than ours, from its first instruction
-        (its start-up, importing llvmlite, is its most expensive moment)."""
+    def __init__(self, *, python: str = sys.executable, start_timeout_s: float = 60.0, idle: bool = False
+                 ) -> None:
+        """``idle``: the worker runs only on CPUs nothing else of ours wants (Linux ``SCHED_IDLE``,
+        elsewhere the lowest nice value), from its first instruction — its start-up, importing
+        llvmlite, is its most expensive moment."""
         self._python = python
-        self._nice = nice
+        self._idle = idle
         self._start_timeout_s = start_timeout_s
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
@@ -177,7 +204,7 @@ class CompileWorker:
         self._stop()
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (lives as long as the process)
         package = str(Path(__file__).resolve().parents[1])
-        self._proc = subprocess.Popen([self._python, "-c", _BOOTSTRAP, package, str(self._nice)],
+        self._proc = subprocess.Popen([self._python, "-c", _BOOTSTRAP, package, str(int(self._idle))],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                       close_fds=True)
         self._finalizer.detach()
@@ -219,7 +246,7 @@ class CompileWorker:
         assert proc is not None and proc.stdin is not None and proc.stdout is not None
         self._next_id += 1
         header = {**header, "id": self._next_id}
-        deadline = time.monotonic() + timeout_s
+        deadline = Deadline(timeout_s, lambda: _waiting_s(proc.pid))
         try:
             write_frame(proc.stdin, header, payload)
             prefix = self._read_exact(_FRAME.size, deadline)
@@ -237,18 +264,18 @@ class CompileWorker:
             return WorkerResult(error="compile worker answered out of order (restarted)", crashed=True)
         return head, data
 
-    def _read_exact(self, n: int, deadline: float) -> bytes:
+    def _read_exact(self, n: int, deadline: Deadline) -> bytes:
         proc = self._proc
         assert proc is not None and proc.stdout is not None
         fd = proc.stdout.fileno()
         chunks, got = [], 0
         while got < n:
-            remaining = deadline - time.monotonic()
+            remaining = deadline.remaining()
             if remaining <= 0:
                 raise TimeoutError
             ready, _, _ = select.select([fd], [], [], remaining)
             if not ready:
-                raise TimeoutError
+                continue  # the deadline may have moved: the worker was waiting for a CPU
             chunk = os.read(fd, n - got)
             if not chunk:
                 raise EOFError("compile worker closed its output")
@@ -367,17 +394,21 @@ def _run(target: str, args: dict[str, Any], payload: bytes) -> tuple[dict[str, A
     return getattr(importlib.import_module(module), function)(args, payload)
 
 
-# How the parent starts a worker (``python -c _BOOTSTRAP <path of msvm> <nice>``): it lowers its own
-# priority first (where that is not permitted it competes at ours); the packages ``msvm`` and
+# How the parent starts a worker (``python -c _BOOTSTRAP <path of msvm> <idle>``): an idle worker lowers
+# its priority first (where that is not permitted it competes at ours); the packages ``msvm`` and
 # ``msvm.native`` are entered as bare namespaces, so the worker imports llvmlite and this module only —
 # not ``msvm/__init__``, which loads the whole VM and would double the worker's start-up time (a ``call``
 # imports what its function needs, the code generator for the JIT, on first use).
 _BOOTSTRAP = """
 import os, sys, types
-try:
-    os.nice(int(sys.argv[2]))
-except (IndexError, OSError):
-    pass
+if sys.argv[2:] == ["1"]:
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        try:
+            os.nice(19)
+        except OSError:
+            pass
 for name, path in (("msvm", sys.argv[1]), ("msvm.native", sys.argv[1] + "/native")):
     package = types.ModuleType(name)
     package.__path__ = [path]

@@ -12,7 +12,7 @@ import pytest
 from native_samples import SAXPY, run_saxpy
 
 from msvm.native import worker as worker_module
-from msvm.native.worker import _BOOTSTRAP, CompileWorker, read_frame, write_frame
+from msvm.native.worker import _BOOTSTRAP, CompileWorker, Deadline, read_frame, write_frame
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,31 @@ def test_hang_is_killed_at_the_timeout_and_next_compile_works(worker: CompileWor
     assert 900 <= result.wall_ms < 10_000
     again = worker.compile(SAXPY, 60)
     assert again.ok and worker.starts == starts + 1
+
+
+def test_time_waiting_for_a_cpu_does_not_count_against_the_timeout(monkeypatch) -> None:
+    clock = {"now": 100.0, "waiting": 3.0}
+    monkeypatch.setattr(worker_module.time, "monotonic", lambda: clock["now"])
+    deadline = Deadline(2.0, lambda: clock["waiting"])
+    clock["now"] += 1.5
+    assert deadline.remaining() == pytest.approx(0.5)
+    clock["now"] += 1.0
+    clock["waiting"] += 0.8  # of that second the worker ran 0.2 s: it has 0.3 s left
+    assert deadline.remaining() == pytest.approx(0.3)
+    clock["now"] += 0.3
+    assert deadline.remaining() <= 0
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_an_idle_worker_runs_at_idle_priority() -> None:
+    w = CompileWorker(idle=True)
+    assert w.compile(SAXPY, 60).ok
+    assert os.sched_getscheduler(w.pid) == os.SCHED_IDLE
+    assert worker_module._waiting_s(w.pid) >= 0.0
+    w.close()
+    plain = CompileWorker()
+    assert plain.compile(SAXPY, 60).ok and os.sched_getscheduler(plain.pid) == os.SCHED_OTHER
+    plain.close()
 
 
 def test_bad_injection_name_is_rejected(worker: CompileWorker) -> None:
