@@ -54,9 +54,17 @@ def parse(dim: Dim) -> ast.expr:
 # -- IR -----------------------------------------------------------------------------------------------
 
 
+def _positive(y: ir.Value) -> int | None:
+    return y.constant if isinstance(y, ir.Constant) and y.constant > 0 else None
+
+
 def floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """Python's ``x // y`` on i64 (0 when y is 0)."""
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+    c = _positive(y)
+    if c is not None:  # the usual case (strides, halvings): round a negative x down first
+        toward = b.select(b.icmp_signed("<", x, zero), ir.Constant(I64, c - 1), zero)
+        return b.sdiv(b.sub(x, toward), y)
     safe = b.select(b.icmp_signed("==", y, zero), one, y)
     q = b.sdiv(x, safe)
     r = b.srem(x, safe)
@@ -68,6 +76,9 @@ def floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 def floormod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """Python's ``x % y`` on i64 (0 when y is 0)."""
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
+    if _positive(y) is not None:
+        r = b.srem(x, y)
+        return b.add(r, b.select(b.icmp_signed("<", r, zero), y, zero))
     safe = b.select(b.icmp_signed("==", y, zero), one, y)
     r = b.srem(x, safe)
     adjust = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(r, safe), zero))
