@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python3 -m pip install -q --disable-pip-version-check -e ".[lab]"
+# An editable install leaves the sources uncompiled, and where PYTHONDONTWRITEBYTECODE is set every process
+# (each compile worker, each notebook kernel) would compile them again at import: byte-compile once.
+python3 -m compileall -q msvm bench >/dev/null
 python3 -m msvm demo
 if [ "${1:-}" = "--headless" ]; then
   exit 0

@@ -15,6 +15,9 @@ fi
 
 echo "== installing msvm with its test dependencies"
 python3 -m pip install -q --disable-pip-version-check -e ".[dev]"
+# An editable install leaves the sources uncompiled, and where PYTHONDONTWRITEBYTECODE is set every process
+# (each compile worker, each notebook kernel) would compile them again at import: byte-compile once.
+python3 -m compileall -q msvm bench >/dev/null
 # PyTorch (CPU) only for comparison tests; never a dependency of msvm. Skipped where unavailable.
 python3 -c "import torch" 2>/dev/null || python3 -m pip install -q --disable-pip-version-check torch==2.13.0 \
   || echo "== torch not installable here: torch comparison tests will be skipped"
