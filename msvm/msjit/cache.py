@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..bytecode.module import Module
 from ..bytecode.text import disassemble, format_instruction
 from ..ops.registry import TensorType
@@ -125,6 +127,20 @@ def plan_keys(io: RegionIO, info: FunctionInfo) -> KeyPlan:
     return KeyPlan(tuple(components), tuple(slots), tuple(specs), tuple(scalar_symbols))
 
 
+DIGEST_SAMPLE = 1 << 16  # elements of a large constant the digest reads
+
+
+def _fingerprint(value: Any) -> bytes:
+    """A constant's bytes for the digest: all of a small one; a large one's dtype, shape and an even sample
+    of ``DIGEST_SAMPLE`` elements. Hashing W2's two 16 MiB weights whole cost the call that made its
+    region hot 45 ms; the digest only names entries and tells versions of a function apart."""
+    arr = np.asarray(value)
+    if arr.size <= DIGEST_SAMPLE:
+        return arr.tobytes()
+    flat = arr.reshape(-1)
+    return f"{arr.dtype}{arr.shape}".encode() + flat[:: -(-flat.size // DIGEST_SAMPLE)].tobytes()
+
+
 def region_digest(region: Region, io: RegionIO, info: FunctionInfo, module: Module) -> str:
     """8 hex digits naming function + region: its instructions, input types and the constants it reads."""
     h = hashlib.sha1()
@@ -132,7 +148,7 @@ def region_digest(region: Region, io: RegionIO, info: FunctionInfo, module: Modu
     for ins in (*io.clones, *io.body):
         h.update(format_instruction(ins).split("  @")[0].encode())
         if ins.name == "LOAD_CONST":
-            h.update(module.constants[ins["const"]].tobytes())
+            h.update(_fingerprint(module.constants[ins["const"]]))
     for reg in io.tensor_inputs:
         t = info.types[reg]
         if isinstance(t, TensorType):

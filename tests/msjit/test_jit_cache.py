@@ -75,3 +75,33 @@ def test_adaptive_learns_power_of_four_buckets_for_symbols_that_vary_once_keys_p
     ck = policy.cache_key(((6, 3), 1))
     assert policy.name("0123abcd", ck, ((6, 3), 1)) == "jit_cache_0123abcd_N5-16_C3_h1"
     assert policy.cache_key(((300, 3), 1)) != ck  # a size beyond the values seen gets its own bucket
+
+
+def _digest_of(weight) -> str:
+    from msvm.msjit.cache import region_digest
+
+    mb = ModuleBuilder("m")
+    f = mb.function("f", ["x"])
+    f.ret(f.call("add", [f.tensor_input(0, "[N]", "float32"), f.load_const(weight)]))
+    module = mb.build()
+    exe = Program(module, {"jit": False}).function("f")
+    (region,) = analyze_executable(exe).regions
+    return region_digest(region, region_io(region, exe.info, def_use(exe.info)), exe.info, module)
+
+
+def test_the_digest_tells_constants_apart_and_samples_large_ones() -> None:
+    import numpy as np
+
+    from msvm.msjit.cache import DIGEST_SAMPLE
+
+    small = np.arange(100, dtype=np.float32)
+    assert _digest_of(small) == _digest_of(small.copy())
+    assert _digest_of(small) != _digest_of(small + np.float32(1))
+    big = np.arange(4 * DIGEST_SAMPLE, dtype=np.float32)  # a large constant: its digest reads a sample
+    changed = big.copy()
+    changed[4] += 1  # on the sample (every 4th element)
+    assert _digest_of(big) == _digest_of(big.copy()) != _digest_of(changed)
+    unread = big.copy()
+    unread[1] += 1  # between samples: the digest names the region, it does not vouch for every weight
+    assert _digest_of(unread) == _digest_of(big)
+    assert _digest_of(big) != _digest_of(big.reshape(2, -1)[0])  # size and shape count
