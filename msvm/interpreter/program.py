@@ -78,7 +78,9 @@ class Executable:
         self.by_address = {s.address: s for s in self.steps}
         self._bound_for = binding_settings()  # kernel policy, device, fallback, memory reuse
         self.seen: dict[tuple, dict[int, tuple[int, ...]]] = {}
-        self._sized: dict[frozenset, list[tuple[Step, Any, int, bool]]] = {}  # see ``check_signature``
+        self._sized: dict[frozenset, list[tuple[Step, str, Any, int, bool]]] = {}  # see ``check_signature``
+        # the SCALAR_ARG and input TENSOR_CREATE steps ``bind_inputs`` reads, found once per lowering
+        self._arg_steps: tuple[list[Step], list[Step], list[Step]] = ([], [], [])
         _LIVE.add(self)
         self._generated: Generated | None = None
         self._traced: Generated | None = None
@@ -195,17 +197,20 @@ class Executable:
         sized = self._sized.get(bound)
         if sized is None:
             sized = self._sized[bound] = [
-                (step, t.shape, np.dtype(t.dtype).itemsize,
+                (step, step.opname, t.shape, np.dtype(t.dtype).itemsize,
                  step.ins.name == "TENSOR_CREATE" and step.ins["arg"] == -1)
                 for step in self.steps for r in step.ins.writes()
                 if isinstance(t := self.info.types[r], TensorType)
                 and not any(d.is_unknown or not d.free_symbols <= bound for d in t.shape)
             ]  # the others are sized at run time: checked where they are allocated
         created: dict[int, tuple[int, ...]] = {}
+        shapes: dict[Any, tuple[int, ...]] = {}  # registers share shapes: each is evaluated once
         total = 0
-        for step, dims, itemsize, zeros in sized:
-            shape = dims.evaluate(bindings)
-            check_size(step.address, shape, itemsize, step.opname)
+        for step, opname, dims, itemsize, zeros in sized:
+            shape = shapes.get(dims)
+            if shape is None:
+                shape = shapes[dims] = dims.evaluate(bindings)
+            check_size(step.address, shape, itemsize, opname)
             total += math.prod(shape) * itemsize
             if zeros:
                 created[step.address] = shape
@@ -222,19 +227,17 @@ class Executable:
     def bind_inputs(self, args: tuple) -> dict[str, int]:
         """Bind the shape symbols of ``args``; a ShapeError names the parameter and declaration."""
         bindings: dict[str, int] = {}
-        for step in self.steps:
-            ins = step.ins
-            if ins.name == "SCALAR_ARG":
-                value = args[ins["arg"]]
-                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-                    raise self._input_error(
-                        step,
-                        f"must be an int, got {type(value).__name__} {value!r}",
-                        "E-SHAPE-INPUT-TYPE",
-                        TypeError,
-                    )
-                bindings[ins["symbol"]] = int(value)
-        inputs = [s for s in self.steps if s.ins.name == "TENSOR_CREATE" and s.ins["arg"] >= 0]
+        steps, scalars, inputs = self._arg_steps
+        if steps is not self.steps:
+            scalars = [s for s in self.steps if s.ins.name == "SCALAR_ARG"]
+            inputs = [s for s in self.steps if s.ins.name == "TENSOR_CREATE" and s.ins["arg"] >= 0]
+            self._arg_steps = self.steps, scalars, inputs
+        for step in scalars:
+            value = args[step.ins["arg"]]
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                what = f"must be an int, got {type(value).__name__} {value!r}"
+                raise self._input_error(step, what, "E-SHAPE-INPUT-TYPE", TypeError)
+            bindings[step.ins["symbol"]] = int(value)
         for step in inputs:
             ins = step.ins
             value = args[ins["arg"]]

@@ -62,8 +62,12 @@ def _linear_infer(ctx: InferContext, x: TensorType, w: TensorType, b: TensorType
 
 
 def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-    y = np.matmul(x, w.T)
-    return np.asarray(y if b is None else np.add(y, b))
+    y = np.asarray(np.matmul(x, w.T))
+    if b is None:
+        return y
+    if y.ndim and np.result_type(y, b) == y.dtype and np.broadcast_shapes(y.shape, np.shape(b)) == y.shape:
+        return np.add(y, b, out=y)  # y is ours: no second output
+    return np.asarray(np.add(y, b))
 
 
 register(NnOpDef(

@@ -251,6 +251,7 @@ class Dispatcher:
         self.decisions: dict[Any, Choice] = {}
         self.classes: dict[Any, tuple[Variant | None, str]] = {}  # shape class -> cost-model pick
         self._kernels: dict[str, Callable[..., Any]] = {}
+        self._takes_out: dict[str, bool] = {}  # variant name -> does its kernel take ``out=``
         self._tls = threading.local()
         self._lock = threading.Lock()
         self.call = self._entry()
@@ -401,7 +402,10 @@ class Dispatcher:
             return None
         if variant is None:
             return _exact_ufunc(self.op)
-        return kernel if _takes_out(kernel) else None
+        takes = self._takes_out.get(variant.name)
+        if takes is None:  # inspect.signature costs 70 µs: once per variant, not per new shape
+            takes = self._takes_out[variant.name] = _takes_out(kernel)
+        return kernel if takes else None
 
     def __repr__(self) -> str:
         names = ", ".join([v.name for v in self.variants] + [REFERENCE])
