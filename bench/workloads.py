@@ -41,6 +41,7 @@ class Run:
     entries: int | None = None
     hit_rate: float | None = None
     compile_ms: list[float] = field(default_factory=list)
+    compile_cpu_ms: list[float] = field(default_factory=list)
     error: str | None = None
     max_abs_err: float | None = None
     also_steady: dict[str, float] = field(default_factory=dict)  # label -> steady seconds
@@ -104,6 +105,7 @@ def _jit_stats(run: Run, fname: str) -> None:
     run.entries = len(entries)
     run.compiles = sum(1 for e in entries if e["status"] in ("compiled", "fallback"))
     run.compile_ms = [e["compile_ms"] for e in entries if e.get("compile_ms")]
+    run.compile_cpu_ms = [e["compile_cpu_ms"] for e in entries if e.get("compile_cpu_ms")]
     run.hit_rate = ms.vm.get_jit_hit_rate()  # the cache was reset before this engine ran
 
 
@@ -245,7 +247,8 @@ def report(w: Workload, runs: list[Run], peaks: tuple[float, float]) -> str:
         out += f"\nlater shape switches (the stream again, every shape warm) ÷ their shape's steady: {ratios}"
     for r in runs:
         if r.compile_ms:
-            out += f"\n{r.engine}: compile ms per entry median {statistics.median(r.compile_ms):.1f}"
+            cpu = f" (CPU {statistics.median(r.compile_cpu_ms):.1f})" if r.compile_cpu_ms else ""
+            out += f"\n{r.engine}: compile ms per entry median {statistics.median(r.compile_ms):.1f}{cpu}"
     return out
 
 

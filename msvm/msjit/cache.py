@@ -308,7 +308,8 @@ class Entry:
     phase: str | None = None  # the phase compiling now
     queued_ns: int = field(default_factory=time.perf_counter_ns)
     created: float = field(default_factory=time.time)
-    compile_ms: float | None = None
+    compile_ms: float | None = None  # wall time, from leaving the queue to installed
+    compile_cpu_ms: float | None = None  # CPU time of that (the worker waits for idle cores)
     phase_ms: dict[str, float] = field(default_factory=dict)
     code_bytes: int | None = None
     planned_bytes: int | None = None
@@ -365,6 +366,7 @@ class Entry:
             "status": self.status,
             "hits": self.hit_count,
             "compile_ms": self.compile_ms,
+            "compile_cpu_ms": self.compile_cpu_ms,
             "phase_ms": dict(self.phase_ms),
             "code_bytes": self.code_bytes,
             "planned_bytes": self.planned_bytes,

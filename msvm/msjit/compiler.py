@@ -194,7 +194,7 @@ class CompilerThread:
 
     def _compile(self, entry: Entry) -> None:
         region = entry.owner
-        start = time.perf_counter_ns()
+        start, cpu = time.perf_counter_ns(), time.thread_time()
         if entry.generation != region.generation:
             return  # dropped by ms.vm.reset() while it waited
         entry.phase_ms["queue"] = (start - entry.queued_ns) / 1e6
@@ -230,6 +230,7 @@ class CompilerThread:
                            reason=entry.reason)
             return
         entry.compile_ms = (time.perf_counter_ns() - start) / 1e6
+        entry.compile_cpu_ms = (time.thread_time() - cpu) * 1e3 + compiled.worker_cpu_ms
         entry.phase = None
         if installed:
             EVENTS.publish("installed", entry.name, function=entry.function, region=entry.region,

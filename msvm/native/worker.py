@@ -84,6 +84,7 @@ class WorkerResult:
     exit_code: int | None = None  # the worker's exit status when it died
     signal: str | None = None  # e.g. "SIGABRT" when a signal killed it
     wall_ms: float = 0.0  # round trip seen by the parent
+    cpu_ms: float = 0.0  # CPU time the worker spent on the request
     reply: dict[str, Any] = field(default_factory=dict)  # a ``call``'s answer header
     payload: bytes = b""  # and its blocks, back to back
 
@@ -233,11 +234,12 @@ class CompileWorker:
         times = CompileTimes(**head.get("times", {}))
         if not head.get("ok"):
             return WorkerResult(error=head.get("error", "unknown worker error"), times=times)
+        cpu_ms = float(head.get("cpu_ms", 0.0))
         if header["op"] == "call":
-            return WorkerResult(times=times, reply=head, payload=data)
+            return WorkerResult(times=times, reply=head, payload=data, cpu_ms=cpu_ms)
         n_obj, n_ir = head["object_len"], head["ir_len"]
         return WorkerResult(object_code=data[:n_obj], optimized_ir=data[n_obj:n_obj + n_ir].decode(),
-                            asm=data[n_obj + n_ir:].decode(), times=times)
+                            asm=data[n_obj + n_ir:].decode(), times=times, cpu_ms=cpu_ms)
 
     def _exchange(self, header: dict[str, Any], payload: bytes, timeout_s: float
                   ) -> tuple[dict[str, Any], bytes] | WorkerResult:
@@ -351,6 +353,7 @@ def _serve(inp: BinaryIO, out: BinaryIO) -> None:
             return
         header, payload = message
         reply: dict[str, Any] = {"id": header.get("id")}
+        cpu = time.process_time()  # a compile's own CPU time: its wall time includes waiting for a CPU
         if header.get("op") == "hello":
             write_frame(out, {**reply, "protocol": PROTOCOL_VERSION, "target": llvm.target_identity()})
             continue
@@ -372,7 +375,8 @@ def _serve(inp: BinaryIO, out: BinaryIO) -> None:
                 raise RuntimeError("injected error")
             if header.get("op") == "call":
                 answer, blocks = _run(header["target"], header.get("args", {}), payload)
-                write_frame(out, {**answer, **reply, "ok": True}, b"".join(blocks))
+                cpu_ms = (time.process_time() - cpu) * 1e3
+                write_frame(out, {**answer, **reply, "ok": True, "cpu_ms": cpu_ms}, b"".join(blocks))
                 continue
             build = llvm.build_object(payload.decode(), header.get("name", "module"),
                                       opt_level=int(header.get("opt_level", 3)),
@@ -384,7 +388,8 @@ def _serve(inp: BinaryIO, out: BinaryIO) -> None:
             continue
         ir_bytes, asm_bytes = build.optimized_ir.encode(), build.asm.encode()
         write_frame(out, {**reply, "ok": True, "object_len": len(build.object_code), "ir_len": len(ir_bytes),
-                          "times": build.times.as_dict()}, build.object_code + ir_bytes + asm_bytes)
+                          "times": build.times.as_dict(), "cpu_ms": (time.process_time() - cpu) * 1e3},
+                    build.object_code + ir_bytes + asm_bytes)
 
 
 def _run(target: str, args: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], list[bytes]]:

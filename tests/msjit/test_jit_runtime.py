@@ -49,6 +49,7 @@ def test_region_compiles_after_the_trigger_and_is_then_hit() -> None:
     assert entry["hits"] == 5 and entry["mode"] == "exact"
     assert entry["name"].startswith("jit_cache_") and entry["name"].endswith("_N4")
     assert entry["compile_ms"] > 0 and entry["phase_ms"]["queue"] >= 0 and "install" in entry["phase_ms"]
+    assert 0 < entry["compile_cpu_ms"] < entry["compile_ms"] * 1.5 + 5  # a compile uses one core at a time
     assert entry["code_bytes"] > 0 and entry["interp_ms"] > 0 and entry["native_ms"] > 0
     assert entry["saved_ms"] == pytest.approx(5 * (entry["interp_ms"] - entry["native_ms"]))
     assert ms.vm.get_jit_hit_rate() == pytest.approx(5 / 8)

@@ -37,7 +37,7 @@ def test_compile_and_load(worker: CompileWorker) -> None:
     assert result.ok, result.error
     assert result.object_code[:4] == b"\x7fELF"
     assert "saxpy" in result.asm and "define" in result.optimized_ir
-    assert result.times.optimize_ms > 0 and result.wall_ms > 0
+    assert result.times.optimize_ms > 0 and result.wall_ms > 0 and result.cpu_ms > 0  # the worker's own CPU
     assert worker.identity is not None and worker.identity["cpu"]
     run_saxpy(result.load("from_worker", llvm_ir=SAXPY))
 

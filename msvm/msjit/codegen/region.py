@@ -153,6 +153,7 @@ class CompiledRegion:
     library: NativeLibrary
     phase_ms: dict[str, float]  # lower, optimise, codegen, load
     code_bytes: int
+    worker_cpu_ms: float  # CPU time the compile worker spent lowering and compiling it (0: in-process)
     _listing: ObjectBuild | None = field(default=None, repr=False)
 
     def disassemble(self, kind: str = "llvm") -> str:
@@ -182,11 +183,12 @@ def compile_region(
     """``lower`` + compile + ``bind``: all in this process, or lowered and compiled in ``via_worker``'s
     process (``lower_in_worker``), which leaves this process only the load and the bind."""
     if via_worker is not None:
-        lowered, obj, times = _lower_and_build_in(via_worker, module, function, mem_optimize, name, bounds)
+        built = _lower_and_build_in(via_worker, module, function, mem_optimize, name, bounds)
+        lowered, obj, times, worker_cpu = built
     else:
         lowered = lower(module, function, mem_optimize=mem_optimize, name=name, bounds=bounds)
         build = build_object(lowered.ir, name, with_asm=False, with_ir=False, **PIPELINE)
-        obj, times = build.object_code, build.times
+        obj, times, worker_cpu = build.object_code, build.times, 0.0
     t0 = time.perf_counter()
     library = load_object(obj, name, llvm_ir=lowered.ir, times=times)
     fn = lowered.bind(library)
@@ -197,11 +199,11 @@ def compile_region(
         "codegen": times.codegen_ms,
         "load": load_ms,
     }
-    return CompiledRegion(fn, lowered, library, phases, text_bytes(obj))
+    return CompiledRegion(fn, lowered, library, phases, text_bytes(obj), worker_cpu)
 
 
 def _lower_and_build_in(worker: CompileWorker, module: Module, function: str, mem_optimize: bool, name: str,
-                        bounds: dict[str, int] | None) -> tuple[LoweredRegion, bytes, CompileTimes]:
+                        bounds: dict[str, int] | None) -> tuple[LoweredRegion, bytes, CompileTimes, float]:
     from ...native.blas import best_gemm
 
     entries = {dt: best_gemm(dt) for dt in _float_dtypes(module)}
@@ -215,7 +217,7 @@ def _lower_and_build_in(worker: CompileWorker, module: Module, function: str, me
         raise LoweringError(f"compiling {name} failed: {result.error}", code="E-JIT-COMPILE")
     n_obj = result.reply["object_len"]
     lowered = LoweredRegion.from_wire(result.reply, result.payload[n_obj:], module)
-    return lowered, result.payload[:n_obj], result.times
+    return lowered, result.payload[:n_obj], result.times, result.cpu_ms
 
 
 def _float_dtypes(module: Module) -> list[str]:
