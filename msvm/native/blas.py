@@ -437,6 +437,16 @@ def best_gemm(dtype: str) -> GemmEntry | None:
     return choice(dtype).entry
 
 
+@functools.cache
+def threads_spin(dtype: str = "float32") -> bool:
+    """Does ``dtype``'s GEMM run on threads of the library's own that spin once done? (OpenBLAS with
+    more than one thread: its idle threads spin for about 0.1 s before they sleep; the pool size is
+    read once per process.)"""
+    entry = best_gemm(dtype)
+    lib = _loaded(entry.path) if entry is not None and entry.path else None
+    return lib is not None and (_threads_of(lib) or 1) > 1
+
+
 def best_sgemm() -> GemmEntry | None:
     return best_gemm("float32")
 

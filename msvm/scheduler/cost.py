@@ -1,6 +1,6 @@
 """The cost model: estimated seconds of one kernel variant on concrete shapes, small enough to explain.
 
-    seconds = overhead + flops / (rate × gemm_efficiency) + bytes / bandwidth
+    seconds = overhead [+ BLAS wake] + flops / (rate × gemm_efficiency) + bytes / bandwidth
 
 ``flops`` and ``bytes`` come from the variant (``Variant.flops``/``Variant.bytes``; the reference
 kernel borrows them from the op's variants — same math). ``bandwidth`` is the measured memory
@@ -23,6 +23,10 @@ three half-efficiency sizes are measured on numpy's sgemm (about 0.2 s on an idl
 GEMMs) before the first calibration and kept in the capability DB; until then defaults stand in
 (``capability.DEFAULT_GEMM_HALF``). For conv2d the GEMM is the im2col one: M = C_out/groups,
 K = C_in/groups·KH·KW, N = OH·OW.
+
+A GEMM big enough to run on OpenBLAS's own threads (``BLAS_THREADED_MACS``) also pays
+``BLAS_WAKE_US``: those threads spin for about 0.1 s afterwards, holding a core the job pool's
+kernels that follow want (``blas.threads_spin`` says whether the loaded BLAS does this).
 
 An elementwise op's "flops" are its elements (``Variant.flops`` of the kernels in
 ``msvm.kernels.elementwise``): its rates are elements per second, fitted like any other.
@@ -98,6 +102,12 @@ CALIBRATION["layer_norm"] = [(((rows, n), (n,), (n,)), {"normalized_shape": (n,)
 
 POSITIVE_INPUTS = frozenset({"log"})  # ops calibrated on positive inputs (representative, no NaN warnings)
 GEMM_KINDS = ("blas", "numpy")
+# A GEMM of at least this many multiply-adds runs on OpenBLAS's own threads (its multithreading
+# threshold), which then spin for about 0.1 s and take a core from the job pool's kernels that
+# follow: W1's interpreted stream ran 30 % slower in stream order than sorted by batch because
+# batch-1 calls ran their two 1×1 convs through BLAS (≈ 30 µs faster each, in isolation).
+BLAS_THREADED_MACS = 1 << 18
+BLAS_WAKE_US = 1000.0  # what a kernel that wakes those threads is charged for the core they hold
 # (M, N, K) of the GEMMs timed to measure the efficiency curve: one sweep per dim from a large base.
 _GEMM_BASE = (128, 1024, 288)
 _GEMM_SWEEPS = {"m": (8, 16, 32), "n": (16, 64, 256), "k": (9, 27, 72)}
@@ -119,9 +129,12 @@ class Estimate:
     rates: Rates
     bandwidth_gbps: float
     efficiency: float = 1.0  # the GEMM efficiency at these sizes (1 for kernels that are not GEMMs)
+    wake_us: float = 0.0  # charged for waking a BLAS's spinning threads (``BLAS_WAKE_US``)
 
     def explain(self) -> str:
         parts = [f"{self.rates.overhead_us:.0f} µs"]
+        if self.wake_us:
+            parts.append(f"{self.wake_us:.0f} µs for BLAS threads left spinning")
         if self.flops:
             eff = f" × {self.efficiency:.2f} GEMM efficiency" if self.efficiency < 1 else ""
             parts.append(f"{self.flops / 1e9:.3g} GFLOP @ {self.rates.rate_gflops:.0f} GFLOP/s{eff}")
@@ -156,8 +169,19 @@ def estimate(device: str, op: str, variant: Variant | None, shapes: Shapes,
     bandwidth = DB.bandwidth_gbps(device)
     flops, moved = work(op, variant, shapes, attrs)
     eff = gemm_efficiency(device, op, kind, shapes, attrs, flops)
-    seconds = rates.overhead_us * 1e-6 + flops / (rates.rate_gflops * 1e9 * eff) + moved / (bandwidth * 1e9)
-    return Estimate(name, seconds, flops, moved, rates, bandwidth, eff)
+    wake = BLAS_WAKE_US if _wakes_blas_threads(op, kind, shapes, attrs, flops) else 0.0
+    seconds = (rates.overhead_us + wake) * 1e-6 + flops / (rates.rate_gflops * 1e9 * eff)
+    seconds += moved / (bandwidth * 1e9)
+    return Estimate(name, seconds, flops, moved, rates, bandwidth, eff, wake)
+
+
+def _wakes_blas_threads(op: str, kind: str, shapes: Shapes, attrs: Mapping[str, Any], flops: float) -> bool:
+    dims = gemm_dims(op, shapes, attrs, flops) if kind in GEMM_KINDS else None
+    if dims is None or int(np.prod(dims)) < BLAS_THREADED_MACS:
+        return False
+    from ..native.blas import threads_spin
+
+    return threads_spin()
 
 
 def gemm_dims(op: str, shapes: Shapes, attrs: Mapping[str, Any], flops: float) -> tuple[int, int, int] | None:

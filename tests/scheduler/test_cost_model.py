@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+import msvm.kernels  # noqa: F401  (registers the variants)
+from msvm.native import blas
 from msvm.scheduler import cost
 from msvm.scheduler.capability import DB, Rates
-from msvm.scheduler.variants import variants_for
+from msvm.scheduler.variants import VARIANTS, variants_for
 
 PRIOR = Rates(10.0, 5.0, "prior")
 BW = 20.0
@@ -46,10 +48,29 @@ def test_estimate_adds_overhead_compute_and_traffic():
     flops = 2.0 * 256**3
     assert est.flops == flops
     assert 0.3 < est.efficiency < 1.0  # the reference is a numpy (BLAS) GEMM: below peak at 256³
-    expected = 10e-6 + flops / (100e9 * est.efficiency) + est.bytes / (DB.bandwidth_gbps("cpu") * 1e9)
+    wake = cost.BLAS_WAKE_US if blas.threads_spin() else 0.0  # 256³ runs on BLAS's own threads
+    assert est.wake_us == wake
+    traffic = est.bytes / (DB.bandwidth_gbps("cpu") * 1e9)
+    expected = (10 + wake) * 1e-6 + flops / (100e9 * est.efficiency) + traffic
     assert est.seconds == pytest.approx(expected)
     text = est.explain()
     assert text.startswith("reference: ") and "GFLOP @ 100 GFLOP/s × 0." in text and "(calibrated)" in text
+
+
+def test_kernels_that_wake_a_blas_threads_pay_for_the_core_they_hold(monkeypatch):
+    """A threaded GEMM leaves OpenBLAS's threads spinning: a native conv wins small 1×1 convs."""
+    monkeypatch.setattr(blas, "threads_spin", lambda dtype="float32": True)
+    attrs = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
+    big = ((1, 16, 32, 32), (32, 16, 1, 1))  # 32 × 1024 × 16 multiply-adds: threaded
+    small = ((1, 16, 8, 8), (32, 16, 1, 1))  # 32 × 64 × 16: BLAS's calling thread only
+    (variant,) = [v for v in VARIANTS["conv2d"] if v.name == "direct_1x1"]
+    assert cost.estimate("cpu", "conv2d", variant, big, attrs).wake_us == cost.BLAS_WAKE_US
+    assert "BLAS threads left spinning" in cost.estimate("cpu", "conv2d", variant, big, attrs).explain()
+    assert cost.estimate("cpu", "conv2d", variant, small, attrs).wake_us == 0.0
+    (native,) = [v for v in VARIANTS["conv2d"] if v.name == "nchwc_direct"]
+    assert cost.estimate("cpu", "conv2d", native, big, attrs).wake_us == 0.0
+    monkeypatch.setattr(blas, "threads_spin", lambda dtype="float32": False)
+    assert cost.estimate("cpu", "conv2d", variant, big, attrs).wake_us == 0.0
 
 
 def test_gemm_dims_of_the_gemm_backed_ops():
