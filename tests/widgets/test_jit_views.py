@@ -97,6 +97,7 @@ def test_cache_view_matches_jit_info_and_shows_listings() -> None:
     assert entries and [e["name"] for e in view.entries] == [e["name"] for e in entries]
     assert list(view.picker.options) == [e["name"] for e in entries]
     compiled = next(e for e in entries if e["status"] == "compiled")
+    assert "compile_cpu_ms" in view.table.value  # wall and CPU time of each compile side by side
     view.picker.value = compiled["name"]
     for kind in ("bytecode", "llvm", "llvm-opt", "asm"):
         view.kind.value = kind

@@ -16,8 +16,8 @@ from msvm import vm
 from . import theme
 from .fallback import StaticFallback
 
-COLUMNS = ("name", "function", "region", "mode", "status", "hits", "compile_ms", "interp_ms", "native_ms",
-           "saved_ms", "code_bytes", "planned_bytes", "naive_bytes", "reason")
+COLUMNS = ("name", "function", "region", "mode", "status", "hits", "compile_ms", "compile_cpu_ms",
+           "interp_ms", "native_ms", "saved_ms", "code_bytes", "planned_bytes", "naive_bytes", "reason")
 KINDS = ("bytecode", "llvm", "llvm-opt", "asm")
 
 
