@@ -25,7 +25,8 @@ import numpy as np
 from llvmlite import ir
 
 from ...kernels.native import Frame
-from ...native.irhelpers import Slot, for_each_chunk, for_range
+from ...kernels.threads import MIN_FLOPS_PER_THREAD
+from ...native.irhelpers import Slot, for_each_chunk, for_range, max_i64, min_i64
 from ...shapes import Dim
 from . import dims, externs
 from .buffers import Buffer
@@ -66,11 +67,15 @@ def run_on_pool(b: ir.IRBuilder, extern: Callable[[externs.Key], ir.Value], job:
     b.call(b.inttoptr(extern(("pool", "run")), run), [state, job, frame, threads])
 
 
-def run_job(fb: FnBuilder, frame: Frame, values: dict[str, ir.Value], job: tuple, threads: ir.Value) -> None:
+def run_job(fb: FnBuilder, frame: Frame, values: dict[str, ir.Value], job: tuple, flops: ir.Value) -> None:
     """Fill ``frame``'s fields (absent ones 0) in this function's stack and run ``job`` (an extern key:
-    a native kernel's job, ``externs.resolve``) on the job pool."""
+    a native kernel's job, ``externs.resolve``) on as many of the job pool's threads as ``flops`` (i64)
+    of work is worth — ``JobPool.run``'s rule."""
+    b = fb.b
+    threads = b.sdiv(flops, ir.Constant(I64, int(MIN_FLOPS_PER_THREAD)))
+    threads = max_i64(b, min_i64(b, threads, ir.Constant(I64, THREADS)), ir.Constant(I64, 1))
     fields = [values.get(name, ir.Constant(I64, 0)) for name in frame.fields]
-    run_on_pool(fb.b, fb.extern, fb.b.inttoptr(fb.extern(job), I8P), fields, threads)
+    run_on_pool(b, fb.extern, b.inttoptr(fb.extern(job), I8P), fields, threads)
 
 
 def _probe_data_offset() -> int | None:
@@ -145,6 +150,10 @@ class FnBuilder:
             raw = self.fn.args[self.buffers.index(buf)]
             value = self._ptrs[buf] = self.head.bitcast(raw, STORAGE[buf.dtype].as_pointer())
         return value
+
+    def at(self, buf: Buffer, offset: Dim) -> ir.Value:
+        """Typed pointer to element ``offset`` of ``buf`` (a native job's operand)."""
+        return self.b.gep(self.ptr(buf), [self.dim(offset)], inbounds=True)
 
     # -- memory ---------------------------------------------------------------------------------------
     def offset(self, view: View, idx: Sequence[ir.Value]) -> ir.Value:

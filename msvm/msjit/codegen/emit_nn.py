@@ -26,7 +26,6 @@ from llvmlite import ir
 
 from ...kernels import conv_depthwise, conv_nchwc
 from ...kernels.conv_common import NO_EPILOGUE, Epilogue
-from ...kernels.threads import MIN_FLOPS_PER_THREAD
 from ...native.irhelpers import LANES, Slot, for_range
 from ...shapes import Dim, as_dim
 from . import dtypes
@@ -450,7 +449,6 @@ class NativeConv(Kernel):
 
     def emit(self, em: ModuleEmitter) -> FnBuilder:
         fb = em.function("conv", [self.out, *self.scratch(), *self.reads()])
-        b = fb.b
         g = self.geo
         lanes = LANES[self.out.dtype]
         pads = dict(zip(("PT", "PB", "PL", "PR"), self.pads))
@@ -464,21 +462,18 @@ class NativeConv(Kernel):
         out_rows, out_plane, out_offset = _bordered(g.oh, g.ow, self.out_border, lanes)
         res_rows, res_plane, res_offset = _bordered(g.oh, g.ow, self.res_border, lanes)
 
-        def at(buf: Buffer, offset: Dim) -> ir.Value:
-            return b.gep(fb.ptr(buf), [fb.dim(offset)], inbounds=True)
-
         sizes = {"N": g.n, "C": g.c, "H": h, "W": w, "XR": x_rows, "XP": x_plane, "OC": g.c_out, "OH": g.oh}
         sizes |= {"OW": g.ow, "OR": out_rows, "OP": out_plane, "RR": res_rows, "RP": res_plane}
         fixed = {"KH": g.kh, "KW": g.kw, "SH": g.stride[0], "SW": g.stride[1], "DH": g.dilation[0]}
         fixed |= {"DW": g.dilation[1], "groups": g.groups, "OPAD": self.out_border or 0, **pads}
         fixed["flags"] = self.epilogue.flags(self.bias is not None)
         values = {k: fb.dim(as_dim(d)) for k, d in sizes.items()} | {k: _i64(v) for k, v in fixed.items()}
-        values |= {"x": at(self.x.buffer, x_offset), "w": fb.ptr(self.weight)}
-        values["out"] = at(self.out, self.out_offset + out_offset)
+        values |= {"x": fb.at(self.x.buffer, x_offset), "w": fb.ptr(self.weight)}
+        values["out"] = fb.at(self.out, self.out_offset + out_offset)
         if self.bias is not None:
             values["bias"] = fb.ptr(self.bias)
         if self.residual is not None:
-            values["residual"] = at(self.residual.buffer, self.residual.view.offset + res_offset)
+            values["residual"] = fb.at(self.residual.buffer, self.residual.view.offset + res_offset)
         work = g.n * g.c_out * g.oh * g.ow * (g.c_group * (2 * g.kh * g.kw))
         if self.kind == "nchwc":
             blocked = (self.x_border is not None, self.out_border is not None)
@@ -489,9 +484,7 @@ class NativeConv(Kernel):
         else:
             frame, job = conv_depthwise.FRAME, ("conv_depthwise", self.out.dtype, g.stride[1])
             work = work * conv_depthwise.FLOPS_SCALE
-        threads = b.sdiv(fb.dim(work), _i64(int(MIN_FLOPS_PER_THREAD)))
-        threads = _max(b, _min(b, threads, _i64(THREADS)), _i64(1))
-        run_job(fb, frame, values, job, threads)
+        run_job(fb, frame, values, job, fb.dim(work))
         fb.finish()
         return fb
 

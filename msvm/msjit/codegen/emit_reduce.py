@@ -29,15 +29,14 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ...kernels import rows as native_rows
-from ...kernels.threads import MIN_FLOPS_PER_THREAD
-from ...native.irhelpers import Slot, max_i64, min_i64, stream_copy
+from ...native.irhelpers import Slot, max_i64, stream_copy
 from ...shapes import Dim
 from . import dtypes
 from .buffers import Buffer
 from .dtypes import I64, cast, constant, is_float
 from .emit import FnBuilder, ModuleEmitter, loop_nest, run_job
 from .emit_elementwise import extreme, intrinsic_call, math_call
-from .kernels import THREADS, Kernel, expr_buffers, has_checks
+from .kernels import Kernel, expr_buffers, has_checks
 from .nodes import Const, Expr, Load, Map, is_compute, summary
 from .views import ZERO, Shape, View, contiguous_strides, numel, same
 
@@ -378,16 +377,13 @@ class RowKernel(Kernel):
         fb = em.function("row", [self.out, *self.reads()])
         b = fb.b
 
-        def at(buf: Buffer, offset: Dim) -> ir.Value:
-            return b.gep(fb.ptr(buf), [fb.dim(offset)], inbounds=True)
-
         def operand(ld: Expr | None) -> ir.Value:
             assert isinstance(ld, Load)
-            return at(ld.buffer, ld.view.offset)
+            return fb.at(ld.buffer, ld.view.offset)
 
         n, total = fb.dim(numel(spec.row_shape)), fb.dim(numel(spec.space))
         some = max_i64(b, n, ir.Constant(I64, 1))
-        values = {"x": operand(native.src), "out": at(self.out, self.view.offset),
+        values = {"x": operand(native.src), "out": fb.at(self.out, self.view.offset),
                   "rows": b.sdiv(total, some), "n": n,
                   "chunk": max_i64(b, b.sdiv(ir.Constant(I64, native_rows.CHUNK_ELEMENTS), some),
                                    ir.Constant(I64, 1))}
@@ -400,9 +396,7 @@ class RowKernel(Kernel):
                        "safe": ir.Constant(I64, int(spec.kind == "safe_softmax"))}
             frame = native_rows.SOFTMAX_FRAME
         work = b.mul(total, ir.Constant(I64, native_rows.FLOPS_PER_ELEMENT[native.job]))
-        threads = b.sdiv(work, ir.Constant(I64, int(MIN_FLOPS_PER_THREAD)))
-        threads = max_i64(b, min_i64(b, threads, ir.Constant(I64, THREADS)), ir.Constant(I64, 1))
-        run_job(fb, frame, values, ("rows", native.job, spec.dtype), threads)
+        run_job(fb, frame, values, ("rows", native.job, spec.dtype), work)
         fb.finish()
         return fb
 
