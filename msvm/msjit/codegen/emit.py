@@ -90,6 +90,19 @@ def _probe_data_offset() -> int | None:
 DATA_OFFSET = _probe_data_offset()
 
 
+# Kernels the entry calls once, directly, and smaller than this (IR instructions) are merged into it.
+# Why: LLVM's passes cost ~2-3 ms per function here however small it is, and most kernels only fill a
+# job's frame or run one short loop (LLVM optimise + codegen, same-process medians: W1 bucket 117 -> 95
+# ms, W3 bucket 71 -> 61); W6's one 200-op loop took 12 % longer merged, so large ones stay apart.
+INLINE_MAX_INSTRUCTIONS = 300
+
+
+def _inline_if_small(fn: ir.Function) -> None:
+    if sum(len(block.instructions) for block in fn.blocks) < INLINE_MAX_INSTRUCTIONS:
+        fn.attributes.discard("noinline")
+        fn.attributes.add("alwaysinline")
+
+
 class FnBuilder:
     """One kernel function being emitted."""
 
@@ -101,8 +114,7 @@ class FnBuilder:
         self.fn = ir.Function(self.module, ir.FunctionType(VOID, types), name=name)
         self.fn.linkage = "internal"
         self.fn.attributes.add("nounwind")
-        # never inlined: the entry calls each kernel once, and inlined W1's 11 conv kernels made LLVM's
-        # dead-store elimination over the merged entry 30 % of its optimiser time
+        # kept out of line unless the entry calls it once, directly (``ModuleEmitter.entry``)
         self.fn.attributes.add("noinline")
         args = self.fn.args
         for arg, buf in zip(args, self.buffers):
@@ -338,6 +350,7 @@ class ModuleEmitter:
         types = [I8P] * (n_tensors + 1) + [I64] * len(self.params)
         fn = ir.Function(self.module, ir.FunctionType(I32, types), name=name)
         fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")  # into its object twin: it holds the kernels inlined into it
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         args = list(fn.args)
         bases: dict[Buffer, ir.Value] = {}
@@ -360,6 +373,7 @@ class ModuleEmitter:
             if THREADS > 1 and big and kfn.split_extent is not None:
                 self._split_call(b, kfn, ptrs, list(params), values, work, status)
             else:
+                _inline_if_small(kfn.fn)
                 b.call(kfn.fn, [*ptrs, *params, ir.Constant(I64, 0), ir.Constant(I64, INT64_MAX), status])
             if kernel.can_fail:
                 ok = fn.append_basic_block("ok")
