@@ -22,20 +22,19 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...native.blas import GemmEntry
-from ...native.irhelpers import Slot, for_range
+from ...native.blas_ir import emit_gemm
+from ...native.irhelpers import for_range
 from ...shapes import Dim
 from . import dims as dimlib
 from . import dtypes
 from .buffers import Buffer
-from .dtypes import I32, I64, cast
-from .emit import I8P, FnBuilder, ModuleEmitter, accumulate, loop_nest
+from .dtypes import I64, cast
+from .emit import FnBuilder, ModuleEmitter, accumulate, loop_nest
 from .emit_elementwise import ElementwiseKernel, apply
 from .emit_reduce import combine
 from .kernels import Kernel, expr_buffers, has_checks
 from .nodes import Expr, Load, summary
 from .views import ZERO, Shape, View, contiguous_strides, same
-
-CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
 
 
 def _nonnegative(d: Dim) -> bool:
@@ -89,83 +88,8 @@ def fold_batch(a: Operand, b: Operand, out_shape: Shape) -> tuple[Operand, Opera
     return a2, b2, (rows, out_shape[-1])
 
 
-def call_gemm(
-    fb: FnBuilder,
-    entry: GemmEntry,
-    trans_a: bool,
-    trans_b: bool,
-    m: ir.Value,
-    n: ir.Value,
-    k: ir.Value,
-    a: ir.Value,
-    lda: ir.Value,
-    b_ptr: ir.Value,
-    ldb: ir.Value,
-    c: ir.Value,
-    ldc: ir.Value,
-) -> None:
-    """``C = op(A) @ op(B)`` (row-major, pointers as i8*) through ``entry``'s ABI."""
-    b = fb.b
-    it = ir.IntType(entry.int_bits)
-    ft = dtypes.REGISTER[entry.dtype]
-    one, zero = ir.Constant(ft, 1.0), ir.Constant(ft, 0.0)
-    ints = [b.trunc(v, it) if entry.int_bits == 32 else v for v in (m, n, k, lda, ldb, ldc)]
-    m_, n_, k_, lda_, ldb_, ldc_ = ints
-    if entry.abi == "cblas":
-        fnty = ir.FunctionType(ir.VoidType(), [I32, I32, I32, it, it, it, ft, I8P, it, I8P, it, ft, I8P, it])
-        fn = b.inttoptr(fb.extern(("gemm", entry.name)), fnty.as_pointer())
-        flag = lambda t: ir.Constant(I32, CBLAS_TRANS if t else CBLAS_NO_TRANS)  # noqa: E731
-        b.call(
-            fn,
-            [
-                ir.Constant(I32, CBLAS_ROW_MAJOR),
-                flag(trans_a),
-                flag(trans_b),
-                m_,
-                n_,
-                k_,
-                one,
-                a,
-                lda_,
-                b_ptr,
-                ldb_,
-                zero,
-                c,
-                ldc_,
-            ],
-        )
-        return
-    fnty = ir.FunctionType(ir.VoidType(), [I8P] * 13)
-    fn = b.inttoptr(fb.extern(("gemm", entry.name)), fnty.as_pointer())
-
-    def ref(value: ir.Value) -> ir.Value:
-        slot = Slot(b, value.type, value)
-        return b.bitcast(slot.ptr, I8P)
-
-    letter = lambda t: ref(ir.Constant(dtypes.I8, ord("T" if t else "N")))  # noqa: E731
-    # column-major: Cᵀ (N×M) = op(B)ᵀ · op(A)ᵀ
-    b.call(
-        fn,
-        [
-            letter(trans_b),
-            letter(trans_a),
-            ref(n_),
-            ref(m_),
-            ref(k_),
-            ref(one),
-            b_ptr,
-            ref(ldb_),
-            a,
-            ref(lda_),
-            ref(zero),
-            c,
-            ref(ldc_),
-        ],
-    )
-
-
-def _byte_ptr(fb: FnBuilder, buf: Buffer, offset: ir.Value) -> ir.Value:
-    return fb.b.bitcast(fb.b.gep(fb.ptr(buf), [offset], inbounds=True), I8P)
+def _element(fb: FnBuilder, buf: Buffer, offset: ir.Value) -> ir.Value:
+    return fb.b.gep(fb.ptr(buf), [offset], inbounds=True)
 
 
 def _gemm_or_zero(
@@ -192,7 +116,9 @@ def _gemm_or_zero(
 
     def gemm() -> None:
         lda, ldb = _at_least_one(fb, a, k, m), _at_least_one(fb, b, n, k)
-        call_gemm(fb, entry, a.trans, b.trans, m, n, k, pa, lda, pb, ldb, _byte_ptr(fb, out, c_off), ldc)
+        emit_gemm(fb.b, entry, fb.extern(("gemm", entry.name)), trans_a=a.trans, trans_b=b.trans,
+                  m=m, n=n, k=k, alpha=1.0, a=pa, lda=lda, b=pb, ldb=ldb, beta=0.0,
+                  c=_element(fb, out, c_off), ldc=ldc)
 
     def gemm_or_zero() -> None:
         if positive(k):
@@ -260,8 +186,8 @@ class GemmKernel(Kernel):
 
         def one(idx: list[ir.Value]) -> None:
             full = [*idx, ir.Constant(I64, 0), ir.Constant(I64, 0)]
-            pa = _byte_ptr(fb, a.buffer, fb.offset(a.view, full))
-            pb = _byte_ptr(fb, b.buffer, fb.offset(b.view, full))
+            pa = _element(fb, a.buffer, fb.offset(a.view, full))
+            pb = _element(fb, b.buffer, fb.offset(b.view, full))
             _gemm_or_zero(
                 fb, self.entry, a, b, m, n, k, pa, pb, self.out, fb.offset(self.out_view, full), ldc
             )
@@ -431,12 +357,12 @@ class ConvKernel(Kernel):
 
             def group(gi: list[ir.Value]) -> None:
                 (j,) = gi
-                pa = _byte_ptr(fb, a_op.buffer, b.mul(j, fb.dim(g.out_group * kk)))
+                pa = _element(fb, a_op.buffer, b.mul(j, fb.dim(g.out_group * kk)))
                 if self.cols is None:
                     start = b.mul(b.add(b.mul(i, fb.dim(g.c)), b.mul(j, fb.dim(g.c_group))), fb.dim(ohw))
                 else:
                     start = b.mul(j, fb.dim(kk * ohw))
-                pb = _byte_ptr(fb, b_op.buffer, start)
+                pb = _element(fb, b_op.buffer, start)
                 c_off = b.mul(b.add(b.mul(i, fb.dim(g.c_out)), b.mul(j, fb.dim(g.out_group))), n)
                 _gemm_or_zero(fb, self.entry, a_op, b_op, m, n, k, pa, pb, self.out, c_off, n)
 

@@ -5,6 +5,8 @@ Ops are grouped so that one compiled region covers many of them (a region return
 keeps the suite fast: a compile costs tens of milliseconds.
 """
 
+import contextlib
+
 import numpy as np
 import pytest
 from codegen_helpers import check, rand, region, run_modes
@@ -574,3 +576,32 @@ def test_float16_transcendentals():
         return tuple(f.call(op, [x]) for op in ("gelu", "silu", "tanh", "sigmoid", "exp", "softmax"))
 
     check(region(body, [("[4, 8]", "float16")]), rand((4, 8), "float16", low=-3, high=3))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gemms_through_every_blas_abi(dtype):
+    """Each loaded ?gemm entry — row-major cblas or column-major Fortran, 32- or 64-bit integers — called
+    from a region: plain, transposed (linear's weight), batched and with a sliced operand."""
+    with contextlib.suppress(ImportError):  # scipy's capsules add Fortran-ABI entries with 32-bit integers
+        import scipy.linalg.cython_blas  # noqa: F401
+    from codegen_helpers import assert_close, interpret
+
+    from msvm.msjit.codegen.region import PIPELINE, lower
+    from msvm.native import blas
+    from msvm.native.llvm import build_object, load_object
+
+    def body(f, x, w, y):
+        s = f.call("slice", [y], {"axes": (1,), "starts": (2,), "stops": (42,)})
+        return f.call("linear", [x, w]), f.call("matmul", [x, f.call("transpose", [w], {"axes": (1, 0)})]), \
+            f.call("matmul", [s, x])
+
+    module = region(body, [("[2, 40, 64]", dtype), ("[48, 64]", dtype), ("[2, 50, 40]", dtype)])
+    args = rand((2, 40, 64), dtype), rand((48, 64), dtype), rand((2, 50, 40), dtype, np.random.default_rng(1))
+    entries = [e for e in blas.discover() if e.dtype == dtype]
+    assert {e.abi for e in entries} == {"cblas", "fortran"}
+    for entry in entries:
+        lowered = lower(module, "f", gemm={dtype: entry})
+        assert sum(entry.name in k for k in lowered.kernels) == 3, lowered.kernels
+        build = build_object(lowered.ir, "t", with_asm=False, with_ir=False, **PIPELINE)
+        library = load_object(build.object_code)
+        assert_close(lowered.bind(library)(*args), interpret(module, *args))
