@@ -46,3 +46,20 @@ def test_large_reduction_and_copy_split():
     r = check(region(body, [("[1100, 300]", "float32")]), x)
     jobs = re.findall(r'define internal void @"\w+_chunks"\(i64\*', r.disassemble("llvm"))
     assert len(jobs) >= 2  # both kernels run as jobs of the pool
+
+
+def test_small_kernels_called_once_are_inlined_and_split_ones_are_not():
+    """A kernel the entry calls once directly is merged into it (LLVM's per-function cost); a kernel
+    split over threads is also called from its chunk runner, so it stays a function of its own."""
+    rows = PARALLEL_MIN // 512 + 77
+
+    def body(f, x, w):
+        head = f.call("slice", [x], {"axes": (0,), "starts": (0,), "stops": (4,)})
+        return f.call("relu", [x]), f.call("add", [head, w])
+
+    m = region(body, [(f"[{rows}, 512]", "float32"), ("[512]", "float32")])
+    r = check(m, rand((rows, 512)), rand((512,)))
+    kernels = dict(re.findall(r'define internal void @"(ew\d+)"\([^\n]*\) (\w+)', r.disassemble("llvm")))
+    assert sorted(kernels.values()) == ["alwaysinline", "noinline"], kernels
+    split = {name for name, attr in kernels.items() if attr == "noinline"}
+    assert {f"{name}_chunks" for name in split} <= set(re.findall(r'@"(\w+_chunks)"', r.disassemble("llvm")))
