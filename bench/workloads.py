@@ -5,7 +5,9 @@ against it), the msvm interpreter (JIT off), msvm with the JIT in each relevant 
 torch eager / torch.compile when torch is installed (jax.jit when jax is). Per workload: steady
 state median, the first call after each new shape, the whole stream's wall time with every
 compile included, compiles, cache entries and hit rate, and GFLOP/s or GB/s against the sgemm
-peak and memory bandwidth this suite measures on the machine first.
+peak and memory bandwidth this suite measures on the machine — around each workload: the better of
+the measurements just before and just after it, since on a shared machine both drift by 20–40 %
+within a run and a figure from minutes earlier would credit or blame the engines for the drift.
 
 Run: ``python -m bench workloads`` (options: ``python -m bench.workloads --help``).
 """
@@ -230,6 +232,8 @@ def report(w: Workload, runs: list[Run], peaks: tuple[float, float]) -> str:
         "max |err|",
     ]
     out = table(f"{w.name}: {w.title}", header, rows)
+    out += (f"\nmachine around this workload (best of just before and just after it): sgemm peak {sgemm:.0f} "
+            f"GFLOP/s, memory bandwidth {bandwidth:.1f} GB/s")
     if flops:
         out += f"\ncompute roofline at the steady input: {fmt_time(flops / (sgemm * 1e9))} (sgemm peak)"
     elif nbytes:
@@ -268,9 +272,9 @@ def main(argv: list[str] | None = None) -> None:
     if torch_mod is not None:
         torch_mod.set_num_threads(2)
     calibration = calibrate_first()
-    peaks = machine_peaks()
+    peaks = before = machine_peaks()
     print(
-        f"machine: sgemm peak {peaks[0]:.0f} GFLOP/s (numpy float32 2048³), memory bandwidth "
+        f"machine at the start: sgemm peak {peaks[0]:.0f} GFLOP/s (numpy float32 2048³), memory bandwidth "
         f"{peaks[1]:.1f} GB/s (copy); torch {'installed' if torch_mod else 'not installed'}; "
         f"jax {'installed' if optional_import('jax') else 'not installed'}; cost model: {calibration}"
     )
@@ -279,7 +283,9 @@ def main(argv: list[str] | None = None) -> None:
         if only and w.name not in only:
             continue
         runs = bench_workload(w, args, torch_mod)
-        print(report(w, runs, peaks))
+        after = machine_peaks()
+        print(report(w, runs, (max(before[0], after[0]), max(before[1], after[1]))))
+        before = after
 
 
 if __name__ == "__main__":
