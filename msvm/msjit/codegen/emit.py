@@ -90,17 +90,33 @@ def _probe_data_offset() -> int | None:
 DATA_OFFSET = _probe_data_offset()
 
 
-# Kernels the entry calls once, directly, and smaller than this (IR instructions) are merged into it.
-# Why: LLVM's passes cost ~2-3 ms per function here however small it is, and most kernels only fill a
-# job's frame or run one short loop (LLVM optimise + codegen, same-process medians: W1 bucket 117 -> 95
-# ms, W3 bucket 71 -> 61); W6's one 200-op loop took 12 % longer merged, so large ones stay apart.
+# Kernels the entry calls once, directly, and smaller than this (IR instructions) are merged into it:
+# those without loops always, those with loops up to ``INLINE_LOOP_BUDGET`` instructions in all. Why:
+# LLVM's passes cost ~2-3 ms per function here however small it is, and most kernels only fill a
+# job's frame or call BLAS (LLVM optimise + codegen, same-process medians: W1 bucket 117 -> 95 ms, W3
+# bucket 71 -> 61); but loop nests merged into one function cost more than apart once there are many
+# (a region of 120 small loop kernels: 0.87 s apart, 1.13 s with 97 of them merged), and W6's one
+# 200-op loop took 12 % longer merged.
 INLINE_MAX_INSTRUCTIONS = 300
+INLINE_LOOP_BUDGET = 1000
 
 
-def _inline_if_small(fn: ir.Function) -> None:
-    if sum(len(block.instructions) for block in fn.blocks) < INLINE_MAX_INSTRUCTIONS:
-        fn.attributes.discard("noinline")
-        fn.attributes.add("alwaysinline")
+def _has_loop(fn: ir.Function) -> bool:
+    """Does a branch go back to an earlier block (how ``for_range`` emits every loop)?"""
+    order = {block: i for i, block in enumerate(fn.blocks)}
+    return any(order.get(op, len(order)) <= i for i, block in enumerate(fn.blocks)
+               if block.terminator is not None for op in block.terminator.operands)
+
+
+def _inline_if_small(fn: ir.Function, budget: int) -> int:
+    """Mark ``fn`` to be inlined if it is small enough; return what it takes of the loop budget."""
+    size = sum(len(block.instructions) for block in fn.blocks)
+    cost = size if _has_loop(fn) else 0
+    if size >= INLINE_MAX_INSTRUCTIONS or cost > budget:
+        return 0
+    fn.attributes.discard("noinline")
+    fn.attributes.add("alwaysinline")
+    return cost
 
 
 class FnBuilder:
@@ -366,6 +382,7 @@ class ModuleEmitter:
         b.store(ir.Constant(I32, 0), status)
         done = fn.append_basic_block("fail")
         values = dict(zip(self.params, params))
+        budget = INLINE_LOOP_BUDGET
         for kernel, kfn in calls:
             ptrs = [self._base(b, buf, bases, arena) for buf in kfn.buffers]
             work = kernel.parallel_work()
@@ -373,7 +390,7 @@ class ModuleEmitter:
             if THREADS > 1 and big and kfn.split_extent is not None:
                 self._split_call(b, kfn, ptrs, list(params), values, work, status)
             else:
-                _inline_if_small(kfn.fn)
+                budget -= _inline_if_small(kfn.fn, budget)
                 b.call(kfn.fn, [*ptrs, *params, ir.Constant(I64, 0), ir.Constant(I64, INT64_MAX), status])
             if kernel.can_fail:
                 ok = fn.append_basic_block("ok")

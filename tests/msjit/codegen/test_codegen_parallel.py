@@ -63,3 +63,26 @@ def test_small_kernels_called_once_are_inlined_and_split_ones_are_not():
     assert sorted(kernels.values()) == ["alwaysinline", "noinline"], kernels
     split = {name for name, attr in kernels.items() if attr == "noinline"}
     assert {f"{name}_chunks" for name in split} <= set(re.findall(r'@"(\w+_chunks)"', r.disassemble("llvm")))
+
+
+def test_loop_kernels_are_inlined_only_up_to_the_budget():
+    """Many small loop kernels merged into one function cost LLVM more than kept apart, so only the
+    first ``INLINE_LOOP_BUDGET`` instructions' worth of them are merged; the rest stay functions."""
+    from msvm.msjit.codegen.emit import INLINE_LOOP_BUDGET
+
+    def body(f, x):
+        h = x
+        for _ in range(40):  # a reduction between elementwise ops: two kernels per step
+            s = f.call("sum", [h], {"axis": -1, "keepdims": True})
+            h = f.call("sub", [f.call("tanh", [h]), s])
+        return h
+
+    x = rand((16, 8))
+    r = check(region(body, [("[16, 8]", "float32")]), x)
+    llvm = r.disassemble("llvm")
+    attrs = re.findall(r'define internal void @"((?:ew|red)\d+)"\([^\n]*\) (\w+)', llvm)
+    merged = [name for name, attr in attrs if attr == "alwaysinline"]
+    assert merged and len(merged) < len(attrs), attrs
+    bodies = dict(re.findall(r'define internal void @"(\w+)"[^\n]*\n(.*?)\n}', llvm, re.S))
+    instructions = sum(line.startswith("  ") for name in merged for line in bodies[name].splitlines())
+    assert instructions <= INLINE_LOOP_BUDGET
