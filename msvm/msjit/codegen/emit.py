@@ -179,9 +179,10 @@ class FnBuilder:
             value = self._ptrs[buf] = self.head.bitcast(raw, STORAGE[buf.dtype].as_pointer())
         return value
 
-    def at(self, buf: Buffer, offset: Dim) -> ir.Value:
-        """Typed pointer to element ``offset`` of ``buf`` (a native job's operand)."""
-        return self.b.gep(self.ptr(buf), [self.dim(offset)], inbounds=True)
+    def at(self, buf: Buffer, offset: Dim | ir.Value) -> ir.Value:
+        """Typed pointer to element ``offset`` of ``buf`` (a native job's or BLAS call's operand)."""
+        index = offset if isinstance(offset, ir.Value) else self.dim(offset)
+        return self.b.gep(self.ptr(buf), [index], inbounds=True)
 
     # -- memory ---------------------------------------------------------------------------------------
     def offset(self, view: View, idx: Sequence[ir.Value]) -> ir.Value:

@@ -88,10 +88,6 @@ def fold_batch(a: Operand, b: Operand, out_shape: Shape) -> tuple[Operand, Opera
     return a2, b2, (rows, out_shape[-1])
 
 
-def _element(fb: FnBuilder, buf: Buffer, offset: ir.Value) -> ir.Value:
-    return fb.b.gep(fb.ptr(buf), [offset], inbounds=True)
-
-
 def _gemm_or_zero(
     fb: FnBuilder,
     entry: GemmEntry,
@@ -118,7 +114,7 @@ def _gemm_or_zero(
         lda, ldb = _at_least_one(fb, a, k, m), _at_least_one(fb, b, n, k)
         emit_gemm(fb.b, entry, fb.extern(("gemm", entry.name)), trans_a=a.trans, trans_b=b.trans,
                   m=m, n=n, k=k, alpha=1.0, a=pa, lda=lda, b=pb, ldb=ldb, beta=0.0,
-                  c=_element(fb, out, c_off), ldc=ldc)
+                  c=fb.at(out, c_off), ldc=ldc)
 
     def gemm_or_zero() -> None:
         if positive(k):
@@ -186,8 +182,8 @@ class GemmKernel(Kernel):
 
         def one(idx: list[ir.Value]) -> None:
             full = [*idx, ir.Constant(I64, 0), ir.Constant(I64, 0)]
-            pa = _element(fb, a.buffer, fb.offset(a.view, full))
-            pb = _element(fb, b.buffer, fb.offset(b.view, full))
+            pa = fb.at(a.buffer, fb.offset(a.view, full))
+            pb = fb.at(b.buffer, fb.offset(b.view, full))
             _gemm_or_zero(
                 fb, self.entry, a, b, m, n, k, pa, pb, self.out, fb.offset(self.out_view, full), ldc
             )
@@ -357,12 +353,12 @@ class ConvKernel(Kernel):
 
             def group(gi: list[ir.Value]) -> None:
                 (j,) = gi
-                pa = _element(fb, a_op.buffer, b.mul(j, fb.dim(g.out_group * kk)))
+                pa = fb.at(a_op.buffer, b.mul(j, fb.dim(g.out_group * kk)))
                 if self.cols is None:
                     start = b.mul(b.add(b.mul(i, fb.dim(g.c)), b.mul(j, fb.dim(g.c_group))), fb.dim(ohw))
                 else:
                     start = b.mul(j, fb.dim(kk * ohw))
-                pb = _element(fb, b_op.buffer, start)
+                pb = fb.at(b_op.buffer, start)
                 c_off = b.mul(b.add(b.mul(i, fb.dim(g.c_out)), b.mul(j, fb.dim(g.out_group))), n)
                 _gemm_or_zero(fb, self.entry, a_op, b_op, m, n, k, pa, pb, self.out, c_off, n)
 
