@@ -27,6 +27,10 @@ from .views import Shape, View, numel
 
 _HUGE = 2**62
 BLAS_MIN_FLOPS = 1 << 15  # exact-mode contractions smaller than this run as fused loops
+# Constant weights packed for ``gemm_packed`` at most this large (elements) and deep (K): the job has no
+# K blocking (a deeper panel falls out of L1), and packing a large matrix at every compile costs more
+# than the region's budget (W2's two 1024×4096 weights: 450 ms per entry instead of 60).
+PACK_MAX_ELEMENTS, PACK_MAX_DEPTH = 1 << 20, 1024
 
 
 def _shape(t: TensorType) -> Shape:
@@ -304,9 +308,14 @@ def _operand(ctx: Planner, x: Expr):
 
 def packed_gemm(ctx: Planner, a: Expr, b: Expr, dtype: str, bias: np.ndarray | None = None) -> Expr | None:
     """``a @ b (+ bias)`` by the ``gemm_packed`` job when ``b`` is a constant [K, N] matrix (packed
-    now) and ``a`` [..., M, K] of the same float dtype; None otherwise (and for contractions small
-    enough to fuse)."""
+    now; within ``PACK_MAX_*``) and ``a`` [..., M, K] of the same float dtype; None otherwise (and
+    for contractions small enough to fuse)."""
     if dtype not in ("float32", "float64") or a.dtype != dtype or len(b.shape) != 2:
+        return None
+    depth, width = b.shape
+    if not (depth.is_const and width.is_const) or depth.value > PACK_MAX_DEPTH:
+        return None
+    if depth.value * width.value > PACK_MAX_ELEMENTS:
         return None
     matrix = _constant_matrix(b)
     if matrix is None or matrix.dtype != dtype or 0 in matrix.shape:
