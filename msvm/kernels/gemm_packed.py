@@ -140,11 +140,12 @@ def _build_ir(dtype: str) -> str:
                     with then:
                         for v in range(PANEL_VECTORS):
                             y = _epilogue(b, acc[t][v].get(), relu, gelu)
-                            with b.if_then(residual):
-                                y2 = b.fadd(y, load_vec(b, gep(b, res, v * lanes), lanes))
-                                store_vec(b, y2, gep(b, out, v * lanes))
-                            with b.if_then(b.not_(residual)):
-                                store_vec(b, y, gep(b, out, v * lanes))
+                            with b.if_else(residual) as (add, plain):
+                                with add:
+                                    y2 = b.fadd(y, load_vec(b, gep(b, res, v * lanes), lanes))
+                                    store_vec(b, y2, gep(b, out, v * lanes))
+                                with plain:
+                                    store_vec(b, y, gep(b, out, v * lanes))
                     with other:  # the last, partial panel: through the spill row, column by column
                         for v in range(PANEL_VECTORS):
                             store_vec(b, _epilogue(b, acc[t][v].get(), relu, gelu), gep(b, spill, v * lanes))

@@ -16,6 +16,7 @@ from ...kernels import gemm_packed
 from ...ops.registry import OpDef, TensorType
 from ...shapes import Dim, as_dim, dmax, dmin
 from . import views
+from .buffers import Buffer
 from .emit_elementwise import ELEMENTWISE_OPS
 from .emit_layout import Gather, Pad
 from .emit_linalg import Contraction, GemmKernel, PackedGemm, operand
@@ -313,9 +314,8 @@ def packed_gemm(ctx: Planner, a: Expr, b: Expr, dtype: str, bias: np.ndarray | N
     if dtype not in ("float32", "float64") or a.dtype != dtype or len(b.shape) != 2:
         return None
     depth, width = b.shape
-    if not (depth.is_const and width.is_const) or depth.value > PACK_MAX_DEPTH:
-        return None
-    if depth.value * width.value > PACK_MAX_ELEMENTS:
+    if not (depth.is_const and width.is_const) or depth.value > PACK_MAX_DEPTH or \
+            depth.value * width.value > PACK_MAX_ELEMENTS:
         return None
     matrix = _constant_matrix(b)
     if matrix is None or matrix.dtype != dtype or 0 in matrix.shape:
@@ -325,13 +325,7 @@ def packed_gemm(ctx: Planner, a: Expr, b: Expr, dtype: str, bias: np.ndarray | N
     if flops.is_const and flops.value < BLAS_MIN_FLOPS:
         return None
     a2 = dense_rows(ctx, a, 1)
-    full = (*a.shape[:-1], as_dim(n))
-    dest, view = ctx.result_layout(full, dtype)
-    out2 = views.collapse(view, 1)
-    if out2 is None:
-        dest, view = ctx.result_buffer(full, dtype), View.contiguous(full)
-        out2 = views.collapse(view, 1)
-    assert out2 is not None
+    dest, view, out2 = dense_result(ctx, (*a.shape[:-1], as_dim(n)), dtype, 1)
     panels, padded_bias = gemm_packed.packed(matrix, bias)
     bias_buf = None if padded_bias is None else ctx.constant_buffer(padded_bias)
     ctx.add(PackedGemm(a2, ctx.constant_buffer(panels), bias_buf, dest, out2))
@@ -362,6 +356,19 @@ def dense_rows(ctx: Planner, x: Expr, trailing: int) -> Load:
         view = views.collapse(x.view, trailing)
         assert view is not None
     return Load(x.buffer, view)
+
+
+def dense_result(ctx: Planner, full: Shape, dtype: str, trailing: int) -> tuple[Buffer, View, View]:
+    """Where a native job writes a value of shape ``full``: ``ctx.result_layout``'s buffer and view
+    when that view collapses (``views.collapse`` with ``trailing``), else a dense result buffer; and
+    the collapsed view the job takes."""
+    dest, view = ctx.result_layout(full, dtype)
+    collapsed = views.collapse(view, trailing)
+    if collapsed is None:
+        dest, view = ctx.result_buffer(full, dtype), View.contiguous(full)
+        collapsed = views.collapse(view, trailing)
+    assert collapsed is not None
+    return dest, view, collapsed
 
 
 @lowers("matmul")

@@ -39,7 +39,7 @@ from .emit_nn import (
 )
 from .emit_reduce import RowKernel, RowSpec
 from .errors import LoweringError
-from .lower_core import BLAS_MIN_FLOPS, broadcast_batch, cast_to, dense_rows, matmul
+from .lower_core import BLAS_MIN_FLOPS, broadcast_batch, cast_to, dense_result, dense_rows, matmul
 from .nodes import Const, Expr, Index, Load, Map
 from .plan import Planner
 from .registry import lowers, refuses
@@ -369,12 +369,7 @@ def _fused_attention(ctx: Planner, q: Expr, k: Expr, v: Expr, full: Shape, dtype
     if any(len(x.shape[:-2]) != len(batch) or not all(map(same, x.shape[:-2], batch)) for x in (k, v)):
         return None
     q3, k3, v3 = (dense_rows(ctx, x, 2) for x in (q, k, v))
-    dest, view = ctx.result_layout(full, dtype)
-    out3 = views.collapse(view, 2)
-    if out3 is None:
-        dest, view = ctx.result_buffer(full, dtype), View.contiguous(full)
-        out3 = views.collapse(view, 2)
-    assert out3 is not None
+    dest, view, out3 = dense_result(ctx, full, dtype, 2)
     e, s, ev = q.shape[-1], k.shape[-2], v.shape[-1]
     scratch = ctx.new_buffer((attention_fused.scratch_bytes(e, s, ev, dtype) // 8,), "int64", "attn")
     scratch.per_thread = True
