@@ -11,7 +11,7 @@ Native code is generated once per process per (variant, dtype, specialisation) w
 run-time arguments (``native.compiled_libraries()`` lists what was compiled). Importing this
 package compiles nothing and does not import llvmlite's binding; the first call of a kernel does.
 
-Threading: the direct kernels (nchwc_direct, depthwise, fused attention) split their work in chunks over
+Threading: the direct kernels (nchwc_direct, depthwise) split their work in chunks over
 ``threads.POOL`` (the calling thread plus helpers, GIL released); the BLAS variants use the
 BLAS's own threads. On this shared 2-core machine OpenBLAS's threads collapse when another
 process holds a core (see ``threads``) — the capability database should measure under real load.
@@ -20,7 +20,7 @@ process holds a core (see ``threads``) — the capability database should measur
 from __future__ import annotations
 
 from ..scheduler.variants import Variant, register_variant
-from . import attention, attention_fused, conv_depthwise, conv_gemm, conv_nchwc, conv_winograd, matmul, rows
+from . import attention, conv_depthwise, conv_gemm, conv_nchwc, conv_winograd, matmul, rows
 from .conv_common import conv_bytes, conv_flops
 from .elementwise import VARIANTS as ELEMENTWISE_VARIANTS  # noqa: F401  (importing registers them)
 
@@ -60,10 +60,6 @@ VARIANTS = (
             constraints="q, k, v with the same batch dims; no explicit attn_mask (is_causal is fine); "
                         "needs BLAS",
             kind="blas", flops=attention.flops, bytes=attention.nbytes),
-    Variant("scaled_dot_product_attention", "fused", attention_fused.make, dtypes=FLOATS,
-            when=attention_fused.applies,
-            constraints="q, k, v with the same batch dims; no explicit attn_mask (is_causal is fine)",
-            kind="native", flops=attention.flops, bytes=attention_fused.nbytes),
     *rows.VARIANTS,
 )
 

@@ -25,7 +25,7 @@ from .native import common_float_name
 from .rows import softmax_rows
 
 
-def attention_dims(shapes: Sequence[tuple[int, ...]]) -> tuple[int, int, int, int, int] | None:
+def _dims(shapes: Sequence[tuple[int, ...]]) -> tuple[int, int, int, int, int] | None:
     """(batch, L, S, E, Ev) when q, k, v share their batch dims (nothing broadcast) and none is empty."""
     if len(shapes) != 3 or any(len(s) < 2 for s in shapes):
         return None
@@ -38,11 +38,11 @@ def attention_dims(shapes: Sequence[tuple[int, ...]]) -> tuple[int, int, int, in
 def applies(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> bool:
     """q, k, v with the same batch dims, none empty, when a BLAS was found (an explicit mask passed at
     run time goes to the reference)."""
-    return attention_dims(shapes) is not None and bool(blas.discover())
+    return _dims(shapes) is not None and bool(blas.discover())
 
 
 def flops(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> float:
-    dims = attention_dims(shapes)
+    dims = _dims(shapes)
     if dims is None:
         return 0.0
     batch, length, source, e, ev = dims
@@ -51,7 +51,7 @@ def flops(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> float:
 
 def nbytes(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> float:
     """q, k, v read once, the output written once, the scores written and read back twice (float32)."""
-    dims = attention_dims(shapes)
+    dims = _dims(shapes)
     if dims is None:
         return 0.0
     batch, length, source, _, ev = dims
@@ -68,7 +68,7 @@ def make(attrs: Mapping[str, Any]) -> Kernel:
                attn_mask: np.ndarray | None = None) -> np.ndarray:
         name = common_float_name(q, k, v)
         entry = blas.best_gemm(name) if name else None
-        if entry is None or attn_mask is not None or attention_dims((q.shape, k.shape, v.shape)) is None:
+        if entry is None or attn_mask is not None or _dims((q.shape, k.shape, v.shape)) is None:
             return reference(q, k, v, attn_mask, is_causal=is_causal, scale=scale)
         factor = q.dtype.type(1 / math.sqrt(q.shape[-1]) if scale is None else scale)
         kt, qs = np.swapaxes(k, -1, -2), q * factor

@@ -1,5 +1,4 @@
-"""scaled_dot_product_attention's variants (blas, fused) against the reference: heads, causal, scale,
-masks, views."""
+"""scaled_dot_product_attention's blas variant against the reference: heads, causal, scale, masks, views."""
 
 from __future__ import annotations
 
@@ -11,15 +10,13 @@ from msvm.ops.registry import get_op
 from msvm.scheduler.variants import variants_for
 
 SDPA = get_op("scaled_dot_product_attention")
-VARIANTS = {v.name: v for v in variants_for("scaled_dot_product_attention")}
+(BLAS,) = [v for v in variants_for("scaled_dot_product_attention") if v.name == "blas"]
 RNG = np.random.default_rng(5)
 
 # (q, k, v) shapes: one head, heads, batch × heads, L ≠ S, Ev ≠ E, a single query, odd sizes
 CASES = [((5, 8), (5, 8), (5, 8)), ((4, 16, 32), (4, 16, 32), (4, 16, 32)),
          ((2, 3, 7, 16), (2, 3, 9, 16), (2, 3, 9, 24)), ((3, 1, 8), (3, 33, 8), (3, 33, 5)),
-         ((2, 64, 64), (2, 64, 64), (2, 64, 64)), ((1, 40, 13), (1, 17, 13), (1, 17, 70)),
-         ((3, 1, 1), (3, 1, 1), (3, 1, 1)), ((2, 77, 32), (2, 300, 32), (2, 300, 64)),
-         ((1, 50, 24), (1, 21, 24), (1, 21, 40))]
+         ((2, 64, 64), (2, 64, 64), (2, 64, 64))]
 
 
 def _close(out: np.ndarray, ref: np.ndarray) -> None:
@@ -35,37 +32,32 @@ def _qkv(shapes, dtype: str) -> list[np.ndarray]:
 ATTRS = [{}, {"is_causal": True}, {"scale": 0.3}, {"is_causal": True, "scale": 2.0}]
 
 
-@pytest.fixture(params=["blas", "fused"])
-def variant(request):
-    return VARIANTS[request.param]
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("attrs", ATTRS, ids=str)
 @pytest.mark.parametrize("shapes", CASES, ids=str)
-def test_agrees_with_the_reference(variant, shapes, attrs, dtype: str) -> None:
-    assert variant.when(shapes, attrs)
+def test_agrees_with_the_reference(shapes, attrs, dtype: str) -> None:
+    assert BLAS.when(shapes, attrs)
     q, k, v = _qkv(shapes, dtype)
     full = {"is_causal": False, "scale": None, **attrs}
-    _close(variant.make(full)(q, k, v), SDPA.kernel(q, k, v, **full))
+    _close(BLAS.make(full)(q, k, v), SDPA.kernel(q, k, v, **full))
 
 
-def test_views_and_repeated_shapes(variant) -> None:
+def test_views_and_repeated_shapes() -> None:
     q, k, v = _qkv(((3, 16, 8), (3, 16, 8), (3, 16, 8)), "float32")
-    kernel = variant.make({"is_causal": True, "scale": None})
+    kernel = BLAS.make({"is_causal": True, "scale": None})
     for _ in range(2):  # the cached causal mask serves the second call
         _close(kernel(q, k, v), SDPA.kernel(q, k, v, is_causal=True))
     qt, kt, vt = (np.swapaxes(a.reshape(16, 3, 8), 0, 1) for a in (q, k, v))  # non-contiguous heads
     _close(kernel(qt, kt, vt), SDPA.kernel(qt, kt, vt, is_causal=True))
 
 
-def test_what_it_does_not_cover_goes_to_the_reference(variant) -> None:
+def test_what_it_does_not_cover_goes_to_the_reference() -> None:
     q, k, v = _qkv(((2, 4, 8), (2, 6, 8), (2, 6, 8)), "float32")
-    kernel = variant.make({"is_causal": False, "scale": None})
+    kernel = BLAS.make({"is_causal": False, "scale": None})
     mask = RNG.random((4, 6)) > 0.3
     _close(kernel(q, k, v, mask), SDPA.kernel(q, k, v, mask))  # an explicit mask
-    assert not variant.when(((1, 4, 8), (2, 6, 8), (2, 6, 8)), {})  # broadcast batch dims
-    assert not variant.when(((2, 0, 8), (2, 6, 8), (2, 6, 8)), {})  # nothing to attend from
+    assert not BLAS.when(((1, 4, 8), (2, 6, 8), (2, 6, 8)), {})  # broadcast batch dims
+    assert not BLAS.when(((2, 0, 8), (2, 6, 8), (2, 6, 8)), {})  # nothing to attend from
     e = np.zeros((2, 0, 8), np.float32)
     _close(kernel(e, k, v), SDPA.kernel(e, k, v))
     qi = q.astype(np.float64)  # mixed dtypes

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ...kernels import gemm_packed
 from ...native.blas import GemmEntry
 from ...native.blas_ir import emit_gemm
 from ...native.irhelpers import for_range
@@ -30,12 +29,12 @@ from . import dims as dimlib
 from . import dtypes
 from .buffers import Buffer
 from .dtypes import I64, cast
-from .emit import FnBuilder, ModuleEmitter, accumulate, loop_nest, run_job
+from .emit import FnBuilder, ModuleEmitter, accumulate, loop_nest
 from .emit_elementwise import ElementwiseKernel, apply
 from .emit_reduce import combine
 from .kernels import Kernel, expr_buffers, has_checks
-from .nodes import Expr, Load, Map, summary
-from .views import ZERO, Shape, View, collapse, contiguous_strides, same
+from .nodes import Expr, Load, summary
+from .views import ZERO, Shape, View, contiguous_strides, same
 
 
 def _nonnegative(d: Dim) -> bool:
@@ -192,101 +191,6 @@ class GemmKernel(Kernel):
         loop_nest(fb, batch, one, split_outer=bool(batch))
         fb.finish()
         return fb
-
-
-class PackedGemm(Kernel):
-    """``out = activation(a @ b + bias) + residual`` by ``msvm.kernels``' ``gemm_packed`` job: ``b`` (and
-    ``bias``) constant buffers in its panel layout, packed when the region was lowered; ``a``,
-    ``out_view`` and the residual are [M, K] / [M, N] views with dense rows. The activation (ReLU,
-    erf GELU) and the residual come from the elementwise pass that alone reads the product
-    (``absorb_epilogue``)."""
-
-    def __init__(self, a: Load, panels: Buffer, bias: Buffer | None, out: Buffer, out_view: View) -> None:
-        self.a, self.panels, self.bias, self.out, self.out_view = a, panels, bias, out, out_view
-        self.activation: str | None = None
-        self.residual: Load | None = None
-
-    def reads(self) -> list[Buffer]:
-        extra = [self.bias, self.residual.buffer if self.residual is not None else None]
-        return list(dict.fromkeys(b for b in (self.a.buffer, self.panels, *extra) if b is not None))
-
-    def absorb_epilogue(self, consumer: Kernel, buf: Buffer) -> bool:
-        """Take over ``consumer`` when it computes ``act?(buf) + residual?`` element for element, ``act``
-        ReLU or erf GELU, on this product stored whole and dense."""
-        own = self.out_view
-        if not (isinstance(consumer, ElementwiseKernel) and buf is self.out and self.activation is None
-                and self.residual is None and own.offset == ZERO and own.is_contiguous()):
-            return False
-        shape = consumer.view.shape
-        out = collapse(consumer.view, 1)
-        if out is None or consumer.out.dtype != buf.dtype or not same(out.shape[1], own.shape[1]):
-            return False
-        parsed = _gemm_epilogue(consumer.expr, buf, shape)
-        if parsed is None:
-            return False
-        activation, residual = parsed
-        res = None if residual is None else collapse(residual.view, 1)
-        if residual is not None and res is None:
-            return False
-        self.activation, self.out, self.out_view = activation, consumer.out, out
-        self.residual = None if residual is None else Load(residual.buffer, res)
-        return True
-
-    def writes(self) -> list[Buffer]:
-        return [self.out]
-
-    def describe(self) -> str:
-        (m, k), n = self.a.view.shape, self.out_view.shape[1]
-        steps = ["bias"] if self.bias is not None else []
-        steps += [self.activation] if self.activation else []
-        steps += [f"+{self.residual.buffer.resolve().name}"] if self.residual is not None else []
-        return (f"gemm {m}x{n}x{k} packed {self.out.resolve().name} (native gemm_packed"
-                f"{': ' + ','.join(steps) if steps else ''})")
-
-    def emit(self, em: ModuleEmitter) -> FnBuilder:
-        fb = em.function("gemm_packed", [self.out, *self.reads()])
-        (m, k), n = self.a.view.shape, self.out_view.shape[1]
-        values = {"a": fb.at(self.a.buffer, self.a.view.offset), "b": fb.ptr(self.panels),
-                  "c": fb.at(self.out, self.out_view.offset)}
-        values |= {"M": fb.dim(m), "N": fb.dim(n), "K": fb.dim(k), "AR": fb.dim(self.a.view.strides[0]),
-                   "CR": fb.dim(self.out_view.strides[0])}
-        flags = 0
-        if self.bias is not None:
-            values["bias"], flags = fb.ptr(self.bias), gemm_packed.FLAG_BIAS
-        if self.residual is not None:
-            view = self.residual.view
-            values |= {"residual": fb.at(self.residual.buffer, view.offset), "RR": fb.dim(view.strides[0])}
-            flags |= gemm_packed.FLAG_RESIDUAL
-        flags |= {None: 0, "relu": gemm_packed.FLAG_RELU, "gelu": gemm_packed.FLAG_GELU}[self.activation]
-        values["flags"] = ir.Constant(I64, flags)
-        run_job(fb, gemm_packed.FRAME, values, ("gemm_packed", self.out.dtype), fb.dim(m * (2 * k * n)))
-        fb.finish()
-        return fb
-
-
-def _gemm_epilogue(expr: Expr, buf: Buffer, shape: Shape) -> tuple[str | None, Load | None] | None:
-    """(activation, residual) when ``expr`` is ``act?(buf) + residual?`` read at the consumer's own
-    index (``buf`` dense in ``shape``; the residual another buffer, read in ``shape``)."""
-
-    def product(node: Expr) -> tuple[str | None] | None:
-        act = None
-        if isinstance(node, Map) and node.op in ("relu", "gelu") and node.dtype == buf.dtype:
-            if node.op == "gelu" and dict(node.attrs).get("approximate", "none") != "none":
-                return None
-            act, node = node.op, node.args[0]
-        own = isinstance(node, Load) and node.buffer is buf and node.view == View.contiguous(shape)
-        return (act,) if own else None
-
-    if (hit := product(expr)) is not None:
-        return hit[0], None
-    if not (isinstance(expr, Map) and expr.op == "add" and expr.dtype == buf.dtype and len(expr.args) == 2):
-        return None
-    for a, other in (expr.args, expr.args[::-1]):
-        hit = product(a)
-        if (hit is not None and isinstance(other, Load) and other.buffer is not buf
-                and other.dtype == buf.dtype and other.view.shape == tuple(shape)):
-            return hit[0], other
-    return None
 
 
 class Contraction(Expr):

@@ -14,8 +14,6 @@ takes over the elementwise pass that alone reads its output when that pass is it
 (``absorb_epilogue``: ReLU, a residual add, ReLU), so a ResNet block's conv, skip and activation
 write the output once; ``conv_layouts`` keeps the tensors that only such convolutions touch in
 NCHWc with a zero border (no transposes, no copies of the input for its padding).
-``NativeAttention`` calls the interpreter's fused attention job the same way, reading the heads
-where they lie (strided views of one QKV buffer) and writing them where the next op reads them.
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 from llvmlite import ir
 
-from ...kernels import attention_fused, conv_depthwise, conv_nchwc
+from ...kernels import conv_depthwise, conv_nchwc
 from ...kernels.conv_common import NO_EPILOGUE, Epilogue
-from ...kernels.rows import f64_bits
 from ...native.irhelpers import LANES, Slot, for_range
 from ...shapes import Dim, as_dim
 from . import dtypes
@@ -607,47 +604,3 @@ def _reads_blocked(kernel: Kernel, buf: Buffer, blocked: set[Buffer]) -> bool:
 
 def _same_shape(a: Shape, b: Shape) -> bool:
     return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-
-
-class NativeAttention(Kernel):
-    """``out = softmax(q·kᵀ·scale [causal]) · v`` by ``msvm.kernels``' fused ``attention`` job.
-
-    ``q``, ``k``, ``v`` are [B, rows, features] views with dense rows (one batch stride, any row
-    stride), ``out_view`` likewise; ``scratch`` is the job's per-thread memory.
-    """
-
-    def __init__(self, q: Load, k: Load, v: Load, out: Buffer, out_view: View, scale: float, causal: bool,
-                 scratch: Buffer) -> None:
-        self.q, self.k, self.v, self.out, self.out_view = q, k, v, out, out_view
-        self.scale, self.causal, self.work = scale, causal, scratch
-
-    def reads(self) -> list[Buffer]:
-        return list(dict.fromkeys(x.buffer for x in (self.q, self.k, self.v)))
-
-    def writes(self) -> list[Buffer]:
-        return [self.out]
-
-    def scratch(self) -> list[Buffer]:
-        return [self.work]
-
-    def describe(self) -> str:
-        (b, length, e), source, ev = self.q.view.shape, self.k.view.shape[1], self.v.view.shape[2]
-        return (f"attention [{b}x{length}x{e}] · [{source}x{ev}] -> {self.out.resolve().name} (native fused"
-                f"{', causal' if self.causal else ''})")
-
-    def emit(self, em: ModuleEmitter) -> FnBuilder:
-        fb = em.function("attention", [self.out, self.work, *self.reads()])
-        (batch, length, e), source, ev = self.q.view.shape, self.k.view.shape[1], self.v.view.shape[2]
-        heads = {"q": self.q, "k": self.k, "v": self.v}
-        values = {name: fb.at(x.buffer, x.view.offset) for name, x in heads.items()}
-        values |= {"out": fb.at(self.out, self.out_view.offset), "scratch": fb.ptr(self.work)}
-        sizes = {"B": batch, "L": length, "S": source, "E": e, "EV": ev}
-        for name, view in (("Q", self.q.view), ("K", self.k.view), ("V", self.v.view), ("O", self.out_view)):
-            sizes |= {f"{name}B": view.strides[0], f"{name}R": view.strides[1]}
-        values |= {k: fb.dim(as_dim(d)) for k, d in sizes.items()}
-        values |= {"scale": _i64(f64_bits(self.scale)), "causal": _i64(int(self.causal)),
-                   "slot_bytes": _i64(self.work.size // THREADS)}
-        work = attention_fused.job_flops(batch, length, source, e, ev)
-        run_job(fb, attention_fused.FRAME, values, ("attention", self.out.dtype), fb.dim(as_dim(work)))
-        fb.finish()
-        return fb

@@ -9,9 +9,8 @@ resolves the table's keys — what each address is, never an address — and sto
 address into the global after loading (``install``).
 
 Keys are tuples: ``("const", k)`` the plan's constant k, ``("gemm", entry name)``, ``("pool", "run" |
-"state")``, ``(job, dtype, …)`` for the native conv jobs, as ``job_address`` takes them, ``("rows",
-kind, dtype)`` for the row jobs of ``msvm.kernels.rows`` and ``("attention", dtype)`` / ``("gemm_packed",
-dtype)`` for the fused attention and packed-weights GEMM jobs.
+"state")``, ``(job, dtype, …)`` for the native conv jobs, as ``job_address`` takes them, and ``("rows",
+kind, dtype)`` for the row jobs of ``msvm.kernels.rows``.
 """
 
 from __future__ import annotations
@@ -51,14 +50,6 @@ def resolve(key: Key, constants: Sequence[np.ndarray]) -> int:
         from ...kernels import conv_depthwise
 
         return conv_depthwise.job_address(*args)
-    if kind == "gemm_packed":
-        from ...kernels import gemm_packed
-
-        return gemm_packed.job_address(*args)
-    if kind == "attention":
-        from ...kernels import attention_fused
-
-        return attention_fused.job_address(*args)
     if kind == "rows":
         from ...kernels import rows
 

@@ -12,14 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from ...kernels import gemm_packed
 from ...ops.registry import OpDef, TensorType
 from ...shapes import Dim, as_dim, dmax, dmin
 from . import views
-from .buffers import Buffer
 from .emit_elementwise import ELEMENTWISE_OPS
 from .emit_layout import Gather, Pad
-from .emit_linalg import Contraction, GemmKernel, PackedGemm, operand
+from .emit_linalg import Contraction, GemmKernel, operand
 from .emit_reduce import ReduceKernel, RowKernel, RowSpec, reduction_layout
 from .nodes import Const, Expr, Index, Load, Map
 from .plan import Planner
@@ -28,10 +26,6 @@ from .views import Shape, View, numel
 
 _HUGE = 2**62
 BLAS_MIN_FLOPS = 1 << 15  # exact-mode contractions smaller than this run as fused loops
-# Constant weights packed for ``gemm_packed`` at most this large (elements) and deep (K): the job has no
-# K blocking (a deeper panel falls out of L1), and packing a large matrix at every compile costs more
-# than the region's budget (W2's two 1024×4096 weights: 450 ms per entry instead of 60).
-PACK_MAX_ELEMENTS, PACK_MAX_DEPTH = 1 << 20, 1024
 
 
 def _shape(t: TensorType) -> Shape:
@@ -266,13 +260,9 @@ def _flops(*dims: Dim) -> Dim:
 
 
 def matmul(ctx: Planner, a: Expr, b: Expr, dtype: str, out_shape: Shape) -> Expr:
-    """numpy matmul of two expressions: the packed-weights job when ``b`` is a constant matrix, else a
-    BLAS GEMM kernel, or a fused contraction when small."""
+    """numpy matmul of two expressions: a GEMM kernel, or a fused contraction when small."""
     a2 = a if len(a.shape) > 1 else ctx.reshape(a, (as_dim(1), a.shape[0]))
     b2 = b if len(b.shape) > 1 else ctx.reshape(b, (b.shape[0], as_dim(1)))
-    packed = packed_gemm(ctx, a2, b2, dtype)
-    if packed is not None:
-        return packed if len(packed.shape) == len(out_shape) else ctx.reshape(packed, out_shape)
     m, k = a2.shape[-2:]
     n = b2.shape[-1]
     batch = broadcast_batch(a2.shape[:-2], b2.shape[:-2])
@@ -307,70 +297,6 @@ def _operand(ctx: Planner, x: Expr):
     return operand(ctx.materialize(x))
 
 
-def packed_gemm(ctx: Planner, a: Expr, b: Expr, dtype: str, bias: np.ndarray | None = None) -> Expr | None:
-    """``a @ b (+ bias)`` by the ``gemm_packed`` job when ``b`` is a constant [K, N] matrix (packed
-    now; within ``PACK_MAX_*``) and ``a`` [..., M, K] of the same float dtype; None otherwise (and
-    for contractions small enough to fuse)."""
-    if dtype not in ("float32", "float64") or a.dtype != dtype or len(b.shape) != 2:
-        return None
-    depth, width = b.shape
-    if not (depth.is_const and width.is_const) or depth.value > PACK_MAX_DEPTH or \
-            depth.value * width.value > PACK_MAX_ELEMENTS:
-        return None
-    matrix = _constant_matrix(b)
-    if matrix is None or matrix.dtype != dtype or 0 in matrix.shape:
-        return None
-    (k, n), rows = matrix.shape, numel(a.shape[:-1])
-    flops = rows * (2 * k * n)
-    if flops.is_const and flops.value < BLAS_MIN_FLOPS:
-        return None
-    a2 = dense_rows(ctx, a, 1)
-    dest, view, out2 = dense_result(ctx, (*a.shape[:-1], as_dim(n)), dtype, 1)
-    panels, padded_bias = gemm_packed.packed(matrix, bias)
-    bias_buf = None if padded_bias is None else ctx.constant_buffer(padded_bias)
-    ctx.add(PackedGemm(a2, ctx.constant_buffer(panels), bias_buf, dest, out2))
-    return Load(dest, view)
-
-
-def _constant_matrix(b: Expr) -> np.ndarray | None:
-    """The numpy value of ``b`` when it is a (possibly transposed or sliced) view of a constant."""
-    if not (isinstance(b, Load) and b.buffer.kind == "const" and b.buffer.array is not None):
-        return None
-    view = b.view
-    if not all(d.is_const for d in (*view.shape, *view.strides, view.offset)):
-        return None
-    flat = b.buffer.array.reshape(-1)
-    item = flat.itemsize
-    strided = np.lib.stride_tricks.as_strided(
-        flat[view.offset.value:], [d.value for d in view.shape], [s.value * item for s in view.strides])
-    return np.ascontiguousarray(strided)
-
-
-def dense_rows(ctx: Planner, x: Expr, trailing: int) -> Load:
-    """``x`` as a load whose leading dims are merged into one before its last ``trailing`` dims, with
-    a unit stride in the last (``views.collapse``): in place when its view allows, else stored first."""
-    x = ctx.ready(x)
-    view = views.collapse(x.view, trailing) if isinstance(x, Load) else None
-    if not isinstance(x, Load) or view is None:
-        x = ctx.materialize(x)
-        view = views.collapse(x.view, trailing)
-        assert view is not None
-    return Load(x.buffer, view)
-
-
-def dense_result(ctx: Planner, full: Shape, dtype: str, trailing: int) -> tuple[Buffer, View, View]:
-    """Where a native job writes a value of shape ``full``: ``ctx.result_layout``'s buffer and view
-    when that view collapses (``views.collapse`` with ``trailing``), else a dense result buffer; and
-    the collapsed view the job takes."""
-    dest, view = ctx.result_layout(full, dtype)
-    collapsed = views.collapse(view, trailing)
-    if collapsed is None:
-        dest, view = ctx.result_buffer(full, dtype), View.contiguous(full)
-        collapsed = views.collapse(view, trailing)
-    assert collapsed is not None
-    return dest, view, collapsed
-
-
 @lowers("matmul")
 def _matmul(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
     return matmul(ctx, inputs[0], inputs[1], out[0].dtype, _shape(out[0]))
@@ -383,11 +309,6 @@ def _linear(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[
     wt = w.relayout(views.permute(w.shape, [1, 0]))
     shape = (*x.shape[:-1], w.shape[0])
     prod_dtype = t.dtype if len(inputs) == 2 else _matmul_dtype(x.dtype, w.dtype)
-    bias, n = (ctx.constant_value(inputs[2]) if len(inputs) == 3 else None), w.shape[0]
-    if bias is not None and n.is_const and bias.dtype == t.dtype == prod_dtype and bias.size in (1, n.value):
-        fused = packed_gemm(ctx, x, wt, t.dtype, np.broadcast_to(bias.reshape(-1), (n.value,)))
-        if fused is not None:
-            return fused
     y = matmul(ctx, x, wt, prod_dtype, shape)
     if len(inputs) == 3:
         y = ctx.map("add", [y, inputs[2]], t.dtype, _shape(t))

@@ -8,9 +8,7 @@ output. Others (weights computed in the region, other dtypes) become im2col + BL
 fusable) for tiny or non-BLAS cases, with the bias a lazy add. batch_norm is elementwise with
 per-channel scale and shift (folded to constants when the statistics are constants, as the
 reference computes them); layer_norm is a lazy row result (epilogues fuse), group_norm a row
-kernel over [N, G, C/G, spatial]. Attention is one call of the native fused attention job
-(``NativeAttention``) when q, k and v share their batch dims and no mask is passed, else two GEMMs
-around a safe-softmax row kernel.
+kernel over [N, G, C/G, spatial]. Attention is two GEMMs around a safe-softmax row kernel.
 """
 
 from __future__ import annotations
@@ -20,17 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from ...kernels import attention_fused, conv_nchwc
+from ...kernels import conv_nchwc
 from ...ops.conv import conv_padding
 from ...ops.registry import OpDef, TensorType
 from ...shapes import as_dim
 from . import views
+from .buffers import Buffer
 from .emit_layout import Gather
 from .emit_linalg import ConvGeometry, ConvKernel
 from .emit_nn import (
     AdaptiveAvgPool2d,
     DirectConv2d,
-    NativeAttention,
     NativeConv,
     Pool2d,
     ResizeBilinear,
@@ -39,7 +37,7 @@ from .emit_nn import (
 )
 from .emit_reduce import RowKernel, RowSpec
 from .errors import LoweringError
-from .lower_core import BLAS_MIN_FLOPS, broadcast_batch, cast_to, dense_result, dense_rows, matmul
+from .lower_core import BLAS_MIN_FLOPS, broadcast_batch, cast_to, matmul
 from .nodes import Const, Expr, Index, Load, Map
 from .plan import Planner
 from .registry import lowers, refuses
@@ -130,11 +128,11 @@ def _native_conv(
     depthwise = geo.groups > 1 and same(geo.c, as_dim(geo.groups)) and same(geo.c_out, as_dim(geo.groups))
     if depthwise and _dense(w):
         kind, w_buf = "depthwise", w.buffer
-        b_buf = None if bias is None else ctx.constant_buffer(bias)
+        b_buf = None if bias is None else _constant_buffer(ctx, bias)
     elif weight is not None and not depthwise:
         packed_w, packed_b = conv_nchwc.packed(weight, bias, geo.groups)
-        kind, w_buf = "nchwc", ctx.constant_buffer(packed_w)
-        b_buf = None if bias is None else ctx.constant_buffer(packed_b)
+        kind, w_buf = "nchwc", _constant_buffer(ctx, packed_w)
+        b_buf = None if bias is None else _constant_buffer(ctx, packed_b)
     else:
         return None
     if not (isinstance(x, Load) and x.view.is_contiguous()):
@@ -150,6 +148,13 @@ def _native_conv(
     dest = ctx.result_buffer(full, dtype)
     ctx.add(NativeConv(kind, x, w_buf, b_buf, dest, geo, pad4, scratch))
     return Load(dest, View.contiguous(full))
+
+
+def _constant_buffer(ctx: Planner, array: np.ndarray) -> Buffer:
+    """A read-only buffer of ``array`` kept alive by the compiled region (``array`` has > 1 element)."""
+    expr = ctx.constant_expr(array)
+    assert isinstance(expr, Load)
+    return expr.buffer
 
 
 def _lowered_conv(ctx: Planner, x: Expr, w: Expr, geo: ConvGeometry, full: Shape, dtype: str) -> Expr:
@@ -326,19 +331,15 @@ def _sdpa(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[Te
     dtype = t.dtype
     length, embed = q.shape[-2:]
     source = k.shape[-2]
+    kt = k.relayout(views.permute(k.shape, [*range(len(k.shape) - 2), len(k.shape) - 1, len(k.shape) - 2]))
+    batch = broadcast_batch(q.shape[:-2], k.shape[:-2])
+    scores = matmul(ctx, q, kt, dtype, (*batch, length, source))
     if attrs["scale"] is None:
         if not embed.is_const:
             raise LoweringError("the feature dim E must be a constant when scale is None")
         factor = float(np.dtype(dtype).type(1 / math.sqrt(embed.value)))
     else:
         factor = float(np.dtype(dtype).type(attrs["scale"]))
-    if len(inputs) == 3:
-        fused = _fused_attention(ctx, q, k, v, _shape(t), dtype, factor, attrs["is_causal"])
-        if fused is not None:
-            return fused
-    kt = k.relayout(views.permute(k.shape, [*range(len(k.shape) - 2), len(k.shape) - 1, len(k.shape) - 2]))
-    batch = broadcast_batch(q.shape[:-2], k.shape[:-2])
-    scores = matmul(ctx, q, kt, dtype, (*batch, length, source))
     full = (*batch, length, source)
     if len(inputs) == 4:
         mask = inputs[3]
@@ -356,22 +357,3 @@ def _sdpa(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[Te
             p = ctx.map("add", [p, cast_to(mask, dtype)], dtype, full)
     weights = RowSpec("safe_softmax", ctx.ready(p), 1).result
     return matmul(ctx, weights, v, dtype, _shape(t))
-
-
-def _fused_attention(ctx: Planner, q: Expr, k: Expr, v: Expr, full: Shape, dtype: str, factor: float,
-                     causal: bool) -> Expr | None:
-    """Attention as one call of the native fused job, reading the heads in place (they are usually
-    strided views of the QKV projection) and writing the result where its reader wants it. None for
-    other dtypes or broadcast batch dims (the GEMM lowering handles those)."""
-    if dtype not in NATIVE_DTYPES or any(x.dtype != dtype for x in (q, k, v)):
-        return None
-    batch = q.shape[:-2]
-    if any(len(x.shape[:-2]) != len(batch) or not all(map(same, x.shape[:-2], batch)) for x in (k, v)):
-        return None
-    q3, k3, v3 = (dense_rows(ctx, x, 2) for x in (q, k, v))
-    dest, view, out3 = dense_result(ctx, full, dtype, 2)
-    e, s, ev = q.shape[-1], k.shape[-2], v.shape[-1]
-    scratch = ctx.new_buffer((attention_fused.scratch_bytes(e, s, ev, dtype) // 8,), "int64", "attn")
-    scratch.per_thread = True
-    ctx.add(NativeAttention(q3, k3, v3, dest, out3, factor, causal, scratch))
-    return Load(dest, view)

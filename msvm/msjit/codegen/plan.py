@@ -399,12 +399,6 @@ class Planner:
         k = len(self.constants) - 1
         return Load.of(Buffer("const", array.dtype.name, shape, f"k{k}", index=k, array=array))
 
-    def constant_buffer(self, array: np.ndarray) -> Buffer:
-        """A read-only buffer of ``array`` (more than one element) kept alive by the compiled region."""
-        expr = self.constant_expr(array)
-        assert isinstance(expr, Load)
-        return expr.buffer
-
     def constant_value(self, expr: Expr) -> np.ndarray | None:
         """The numpy value of a constant expression, when it is one."""
         if (

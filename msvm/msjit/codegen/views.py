@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 
 from ...shapes import Dim, as_dim, prove_equal
 
@@ -143,21 +142,6 @@ class View:
                 ns[k - 1] = ns[k] * new[k]
             ni, oi = nj, oj
         return View(new, tuple(ns), self.offset)
-
-
-def collapse(view: View, trailing: int) -> View | None:
-    """``view`` with all but its last ``trailing`` dims merged into one leading dim and a unit stride in
-    the last dim — how native jobs take [batch, rows, features] or [rows, features] operands; None when
-    that needs a copy (the leading dims' strides do not nest, or the last dim is strided)."""
-    shape, strides = view.shape, view.strides
-    if not (shape[-1] == 1 or same(strides[-1], ONE)):
-        return None
-    lead = len(shape) - trailing
-    kept = [(d, s) for d, s in zip(shape[:lead], strides[:lead]) if d != 1]
-    if any(not same(s0, s1 * d1) for (_, s0), (d1, s1) in pairwise(kept)):
-        return None
-    stride = kept[-1][1] if kept else ZERO
-    return View((numel(shape[:lead]), *shape[lead:]), (stride, *strides[lead:-1], ONE), view.offset)
 
 
 # -- layout ops as index maps -------------------------------------------------------------------------

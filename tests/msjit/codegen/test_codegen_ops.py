@@ -521,31 +521,28 @@ def test_attention(dtype, mode):
     )
 
 
-def test_attention_is_one_native_job_and_gemms_with_a_mask():
+def test_large_attention_uses_gemm():
     def body(f, q, k, v):
         return f.call("scaled_dot_product_attention", [q, k, v], {"is_causal": True})
 
-    def masked(f, q, k, v, m):
-        return f.call("scaled_dot_product_attention", [q, k, v, m])
-
     shape = (2, 64, 64)
-    args = [rand(shape, rng=np.random.default_rng(i)) for i in range(3)]
-    r = check(region(body, [(str(list(shape)), "float32")] * 3), *args)
-    assert [k.split()[0] for k in r.lowered.kernels] == ["attention"], r.lowered.kernels
-    mask = rand((64, 64), rng=np.random.default_rng(3))
-    r = check(region(masked, [(str(list(shape)), "float32")] * 3 + [("[64, 64]", "float32")]), *args, mask)
-    assert [k.split()[0] for k in r.lowered.kernels] == ["gemm", "row", "gemm"], r.lowered.kernels
+    r = check(
+        region(body, [(str(list(shape)), "float32")] * 3),
+        *[rand(shape, rng=np.random.default_rng(i)) for i in range(3)],
+    )
+    kinds = [k.split()[0] for k in r.lowered.kernels]
+    assert kinds == ["gemm", "row", "gemm"], r.lowered.kernels
 
 
 def test_unfused_row_kernels_call_the_native_jobs(mode):
-    """A layer norm and a softmax of tensors in memory fuse nothing: they call ``msvm.kernels.rows``'
+    """A transformer's layer norms and attention softmax fuse nothing: they call ``msvm.kernels.rows``'
     jobs (compiled once per process) instead of generating row code; results agree in every mode."""
 
-    def body(f, x, w, b, s):
+    def body(f, x, w, b, q, k, v):
         h = f.call("layer_norm", [x, w, b], {"normalized_shape": (64,)})
-        return h, f.call("softmax", [s], {"axis": -1})
+        return h, f.call("scaled_dot_product_attention", [q, k, v])
 
-    inputs = [((37, 64), "float32"), ((64,), "float32"), ((64,), "float32"), ((4, 37, 16), "float32")]
+    inputs = [((37, 64), "float32"), ((64,), "float32"), ((64,), "float32")] + [((4, 37, 16), "float32")] * 3
     r = run_modes(mode, body, inputs, sym={"L": [(0, 0), (3, 1), (4, 1), (5, 1)]})
     rows_ = sorted(k.rsplit(" (", 1)[-1] for k in r.lowered.kernels if k.startswith("row"))
     assert rows_ == ["native layer_norm)", "native softmax)"], r.lowered.kernels
