@@ -3,7 +3,7 @@
 * W5-like: ``layer_norm(gelu(x*a+b)+x)`` on 4096×1024 float32 — GB/s of compulsory traffic (read x,
   write y: 32 MiB); goal ≥ 16 GB/s (one fused pass);
 * W6-like: a chain of 200 elementwise ops on 8×8, one region — µs per call including the Python
-  launcher; goal ≤ 5 µs (and the bare ctypes call for reference);
+  launcher; goal ≤ 5 µs (and the bare builtin call of the native entry for reference);
 * W2-like MLP 1024→4096 GELU→1024 + residual + LayerNorm at 256 rows — time against the two bare
   sgemm calls of the same shapes (the GEMM "peak" for this workload); goal ≥ 90 %;
 * W3-like pre-LN transformer encoder layer (d 256, 4 heads, FFN 1024) at 128 rows — time against
@@ -21,7 +21,6 @@ Run: ``python -m bench.codegen``.
 
 from __future__ import annotations
 
-import ctypes
 import statistics
 import threading
 from collections.abc import Callable
@@ -32,6 +31,7 @@ import numpy as np
 from msvm.bytecode import ModuleBuilder
 from msvm.interpreter import Program
 from msvm.msjit.codegen import CompiledRegion, compile_region, lower
+from msvm.msjit.codegen.launcher import builtin
 from msvm.native.blas import best_sgemm
 from msvm.native.worker import CompileWorker
 
@@ -207,12 +207,11 @@ def bench_w6(rows: list) -> CompiledRegion:
     rows.append(
         ["W6 200-op chain 8×8", "compiled region (launcher + native)", fmt_time(call), "", "goal ≤ 5 µs"]
     )
-    proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * 4))
-    raw = proto(r.library.address(r.lowered.entry + "_obj"))
-    out = np.empty((8, 8), np.float32)
-    bare = measure(lambda: raw(id(x), id(y), id(out), None), repeat=9, min_time=0.1)
+    raw, _definition = builtin(r.library.address(r.lowered.entry + "_fast"), "w6")
+    out, no_arena = np.empty((8, 8), np.float32), np.empty(0, np.uint8)
+    bare = measure(lambda: raw(x, y, out, no_arena), repeat=9, min_time=0.1)
     rows.append(
-        ["", "bare ctypes call of the native entry", fmt_time(bare), "", f"launcher {fmt_time(call - bare)}"]
+        ["", "bare builtin call of the native entry", fmt_time(bare), "", f"launcher {fmt_time(call - bare)}"]
     )
     ufuncs = [np.add, np.multiply, np.subtract, np.maximum]
 

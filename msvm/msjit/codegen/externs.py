@@ -9,8 +9,9 @@ resolves the table's keys — what each address is, never an address — and sto
 address into the global after loading (``install``).
 
 Keys are tuples: ``("const", k)`` the plan's constant k, ``("gemm", entry name)``, ``("pool", "run" |
-"state")``, ``(job, dtype, …)`` for the native conv jobs, as ``job_address`` takes them, and ``("rows",
-kind, dtype)`` for the row jobs of ``msvm.kernels.rows``.
+"state")``, ``("py", name)`` a function of CPython's C API, ``(job, dtype, …)`` for the native conv
+jobs, as ``job_address`` takes them, and ``("rows", kind, dtype)`` for the row jobs of
+``msvm.kernels.rows``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def resolve(key: Key, constants: Sequence[np.ndarray]) -> int:
             if entry.name == args[0]:
                 return entry.address
         raise LookupError(f"BLAS entry {args[0]} is not loaded in this process")
+    if kind == "py":
+        return ctypes.cast(getattr(ctypes.pythonapi, args[0]), ctypes.c_void_p).value
     if kind == "pool":
         from ...kernels.threads import POOL
 

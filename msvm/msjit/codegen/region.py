@@ -43,7 +43,7 @@ class LoweredRegion:
     """A region as LLVM IR plus everything needed to call the code compiled from it."""
 
     ir: str  # unoptimised LLVM IR of the whole region
-    entry: str  # exported symbol (raw data pointers); ``entry + "_obj"`` takes array objects
+    entry: str  # exported symbol (raw data pointers); ``entry + "_fast"`` is its METH_FASTCALL twin
     params: list[str]  # run-time symbols, in call order (bucketed dims, then scalar arguments)
     planned_bytes: int  # arena bytes with the memory plan (== naive_bytes without mem_optimize)
     naive_bytes: int  # one buffer per intermediate
@@ -61,7 +61,7 @@ class LoweredRegion:
             self.launch,
             self.planned_bytes,
             library.address(self.entry),
-            library.address(self.entry + "_obj"),
+            library.address(self.entry + "_fast"),
             [library, table, *self.constants],
         )
 

@@ -12,7 +12,8 @@ from codegen_helpers import assert_close, check, compiled, interpret, rand, regi
 from msvm.bytecode import RegRef
 from msvm.errors import ShapeError
 from msvm.msjit.codegen import LoweringError, can_lower, lower
-from msvm.msjit.codegen.launcher import LaunchSpec
+from msvm.msjit.codegen.emit import BAD_ARITY
+from msvm.msjit.codegen.launcher import LaunchSpec, builtin
 from msvm.native.worker import CompileWorker
 from msvm.ops import REGISTRY, TensorType
 from msvm.shapes import parse_shape
@@ -130,6 +131,36 @@ def test_scalar_arguments_and_scalar_results():
         assert_close(r.fn(x, s), interpret(m, x, s))
     with pytest.raises(ShapeError):
         r.fn(rand((4, 3), "float64"), 2.5)
+
+
+def test_native_entry_is_a_fastcall_builtin():
+    """The launcher calls the code as a builtin; it checks its arity and its int arguments itself."""
+    m = region(lambda f, x, s: f.call("mul", [x, x]), [("[N, 3]", "float32")], scalars=["S"])
+    r = compiled(m, bounds={"N": 16})
+    fn, _definition = builtin(r.library.address(r.lowered.entry + "_fast"), "t")
+    x, out, arena = rand((4, 3)), np.empty((4, 3), np.float32), np.empty(r.lowered.planned_bytes + 64, np.uint8)
+    assert type(fn).__name__ == "builtin_function_or_method"
+    assert fn(x, out, arena, 4, 7) == 0
+    assert_close(out, x * x)
+    assert fn(x, out, arena, 4) == BAD_ARITY  # a status, not a crash
+    with pytest.raises(TypeError):
+        fn(x, out, arena, "4", 7)
+    with pytest.raises(OverflowError):
+        fn(x, out, arena, 4, 1 << 70)
+    with pytest.raises(OverflowError):  # through the launcher: the Python error, nothing native ran
+        r.fn(x, 1 << 70)
+
+
+def test_only_regions_with_large_work_release_the_gil():
+    """Handing the GIL over costs ~0.1 µs: a region of small loops keeps it, one with BLAS or a loop
+    that may be large releases it (so other Python threads run meanwhile)."""
+    releases = lambda r: ("py", "PyEval_SaveThread") in r.lowered.externs  # noqa: E731
+    assert not releases(compiled(region(_chain, [("[4, 6]", "float32"), ("[6]", "float32")])))
+    big = region(_chain, [("[N, 600]", "float32"), ("[600]", "float32")])
+    assert not releases(compiled(big, bounds={"N": 8}))
+    assert releases(compiled(big, bounds={"N": 4096}))
+    gemm = region(lambda f, x, w: f.call("matmul", [x, w]), [("[N, 256]", "float32"), ("[256, 256]", "float32")])
+    assert releases(compiled(gemm, bounds={"N": 512}))
 
 
 def test_run_time_checks_inside_native_code():
