@@ -259,13 +259,13 @@ def counted_loop(
     stop: ir.Value,
     name: str,
     unroll: bool = True,
-    interleave: int | None = None,
+    width: int | None = None,
 ) -> Iterator[ir.Value]:
     """``for i in range(start, stop)``; ``unroll=False`` tells LLVM not to unroll it (outer loops of a
     nest: fully unrolling small constant outer loops multiplies the vectorised inner loop and costs
-    seconds of compile time for nothing); ``interleave`` asks the vectoriser to run that many vector
-    iterations side by side."""
-    loop_md = fb.em.loop_id(unroll, interleave) if not unroll or interleave else None
+    seconds of compile time for nothing); ``width`` asks the vectoriser for that many elements per
+    vector iteration."""
+    loop_md = fb.em.loop_id(unroll, width) if not unroll or width else None
     with for_range(fb.b, start, stop, name=name, loop_md=loop_md) as index:
         yield index
 
@@ -277,11 +277,11 @@ def loop_nest(
     *,
     split_outer: bool = False,
     name: str = "i",
-    interleave: int | None = None,
+    width: int | None = None,
 ) -> None:
     """``for idx in ndindex(extents): body(idx)``, row-major; the outermost loop covers ``[lo, hi)``
     of its range when ``split_outer`` (what a caller uses to hand halves to two threads). Only the
-    innermost loop may be unrolled (and is the one LLVM vectorises, ``interleave`` as asked)."""
+    innermost loop may be unrolled (and is the one LLVM vectorises, ``width`` as asked)."""
 
     if split_outer and extents:
         fb.split_extent = extents[0]
@@ -300,7 +300,7 @@ def loop_nest(
             start = fb.lo
             stop = fb.b.select(fb.b.icmp_signed("<", fb.hi, stop), fb.hi, stop)
         innermost = all(e == 1 for e in extents[k + 1 :])
-        hint = interleave if innermost else None
+        hint = width if innermost else None
         with counted_loop(fb, start, stop, f"{name}{k}", innermost, hint) as i, fb.scope():
             level(k + 1, [*idx, i])
 
@@ -343,15 +343,17 @@ class ModuleEmitter:
         table = b.load(self._table, name="externs")
         return b.load(b.gep(table, [ir.Constant(I64, slot)], inbounds=True), name=f"{key[0]}{slot}")
 
-    def loop_id(self, unroll: bool, interleave: int | None) -> ir.MDValue:
+    def loop_id(self, unroll: bool, width: int | None) -> ir.MDValue:
         """A fresh (distinct) loop ID: ``llvm.loop.unroll.disable`` unless ``unroll``, and the vectoriser's
-        interleave count when given."""
+        width (with no interleaving on top) when given."""
         md = self.module.add_metadata
         node = md([ir.MetaDataString(self.module, f"msvm.loop.{next(self._counter)}")])
         hints = [] if unroll else [self._disable]
-        if interleave:
-            count = ir.MetaDataString(self.module, "llvm.loop.interleave.count")
-            hints.append(md([count, ir.Constant(I32, interleave)]))
+        if width:
+            for hint, value in (("vectorize.enable", ir.Constant(I1, 1)),
+                                ("vectorize.width", ir.Constant(I32, width)),
+                                ("interleave.count", ir.Constant(I32, 1))):
+                hints.append(md([ir.MetaDataString(self.module, f"llvm.loop.{hint}"), value]))
         node.operands = (node, *hints)
         return node
 

@@ -1,10 +1,13 @@
 """Fusion: what becomes one kernel (asserted on the plan) and that the fused code still agrees."""
 
+import re
+
 import numpy as np
 import pytest
 from codegen_helpers import assert_close, check, compiled, interpret, rand, region
 
 from msvm.msjit.codegen import lower
+from msvm.native import host
 
 
 def kinds(r) -> list[str]:
@@ -248,17 +251,25 @@ def test_symbolic_rows_split_into_heads_stay_views():
     assert kinds(r) == ["gemm", "gemm", "row", "gemm"], r.lowered.kernels
 
 
-@pytest.mark.parametrize("steps, interleaved", [(3, False), (12, True), (80, False)])
-def test_long_chains_interleave_within_a_compile_budget(steps, interleaved):
-    """A chain deep enough to be latency-bound runs several vector iterations side by side, but never
-    so many copies of a very long chain that LLVM's optimiser time explodes (W6: 256 → 127 ms)."""
+LANES = host.cpu()["vector_bits"] // 32  # float32 lanes of a vector register
+
+
+@pytest.mark.parametrize(
+    "steps, n, registers",
+    [(3, 8 * LANES, None), (12, 8 * LANES, 4), (12, 6 * LANES + 1, 2), (12, 2 * LANES - 1, None),
+     (80, 8 * LANES, 2)],
+)
+def test_long_chains_run_vectors_side_by_side_within_a_compile_budget(steps, n, registers):
+    """A chain deep enough to be latency-bound is vectorised several registers wide, but never so wide
+    for a very long chain that compile time explodes, nor wider than a short constant loop fits."""
 
     def body(f, x):
         for _ in range(steps):
             x = f.call("maximum", [f.call("mul", [x, x]), f.call("sub", [x, f.load_const(np.float32(0.5))])])
         return x
 
-    m = region(body, [("[8, 8]", "float32")])
-    assert ("llvm.loop.interleave.count" in lower(m, "f").ir) == interleaved
-    x = rand((8, 8), low=-0.9, high=0.9)
+    m = region(body, [(f"[{n}]", "float32")])
+    width = re.search(r'"llvm.loop.vectorize.width", i32 (\d+)', lower(m, "f").ir)
+    assert (int(width.group(1)) if width else None) == (registers and registers * LANES)
+    x = rand((n,), low=-0.9, high=0.9)
     assert_close(compiled(m).fn(x), interpret(m, x))
