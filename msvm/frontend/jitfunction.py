@@ -173,7 +173,8 @@ class Version:
         return [convert(args[i]) for i, convert, _ in self.inputs]
 
     def _runner(self, n_args: int, returns: Any) -> Callable[[tuple], Any]:
-        """A generated ``run(args)``: ndarray arguments pass straight through to the executable."""
+        """A generated ``run(args)``: ndarray arguments pass straight through to the executable's fast
+        path (the executable itself until that is generated)."""
         namespace: dict[str, Any] = {"ndarray": np.ndarray, "exe": self.executable, "rebuild": rebuild,
                                      "R": returns}
         values = []
@@ -181,7 +182,7 @@ class Version:
             namespace[f"c{k}"] = convert
             a = f"a{index}"
             values.append(f"({a} if type({a}) is ndarray else c{k}({a}))" if is_tensor else f"c{k}({a})")
-        call = f"exe({', '.join(values)})"
+        call = f"(exe.fast or exe)({', '.join(values)})"
         flat = returns in (VALUE, NOTHING) or (returns[0] is tuple and len(returns[1]) > 1
                                                and all(c == VALUE for c in returns[1]))
         unpack = f"    {''.join(f'a{i}, ' for i in range(n_args))}= args\n" if n_args else ""

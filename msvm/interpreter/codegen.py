@@ -52,9 +52,9 @@ def generate(
     """Compile ``steps`` into a Python function ``run(a0, a1, …)``.
 
     ``names`` holds the helpers the prologue uses (ENTRY, SEEN, FAULT, LOOPLIMIT, CTX and, when
-    ``traced``, EMIT/NOW); every step's own names are merged in. ``regions`` are the JIT's region
-    dispatches (``msvm.msjit.runtime.RegionDispatch``): each wraps its run of lines with a jump-table
-    lookup that runs native code when there is some.
+    ``traced``, EMIT/NOW, else TRACE/TRACED); every step's own names are merged in. ``regions`` are the
+    JIT's region dispatches (``msvm.msjit.runtime.RegionDispatch``): each wraps its run of lines with a
+    jump-table lookup that runs native code when there is some.
     """
     fn = info.function
     cfg = info.cfg
@@ -67,6 +67,8 @@ def generate(
     params = ", ".join(f"a{i}" for i in range(len(fn.params)))
     w = _Writer()
     w.emit(0, f"def run({params}):")
+    if not traced:  # tracing switched on after this was generated: the traced twin runs the call
+        w.emit(1, f"if TRACE.enabled: return TRACED({params})")
     w.emit(1, "try:")
     key = _entry_key(info)
     w.emit(2, f"k = ({key}{',' if key.count(',') == 0 and key else ''})", ENTRY_LINE)

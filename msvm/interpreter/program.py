@@ -84,6 +84,9 @@ class Executable:
         _LIVE.add(self)
         self._generated: Generated | None = None
         self._traced: Generated | None = None
+        # the fast path's function once generated, for callers that pass the right number of
+        # arguments (``__call__`` checks that, for 0.6 µs more per call)
+        self.fast: Any = None
         self._jit: Any = None
         self._lock = threading.Lock()
 
@@ -94,10 +97,8 @@ class Executable:
                 f"{self.name}() takes {len(self.params)} argument(s) ({', '.join(self.params)}), "
                 f"got {len(args)}"
             )
-        if TRACE.enabled:
-            return self.generated(traced=True).fn(*args)
         gen = self._generated or self.generated()
-        return gen.fn(*args)
+        return gen.fn(*args)  # it hands over to the traced twin while TRACE is enabled
 
     def generated(self, traced: bool = False) -> Generated:
         with self._lock:
@@ -111,6 +112,8 @@ class Executable:
                 regions = self.jit.dispatch
                 gen = generate(self.info, self.steps, self._names(traced), traced=traced, regions=regions)
                 setattr(self, attr, gen)
+                if not traced:
+                    self.fast = gen.fn
             return gen
 
     def rebind_if_stale(self) -> None:
@@ -120,7 +123,7 @@ class Executable:
         """
         if self._bound_for != binding_settings():
             with self._lock:
-                self._generated = self._traced = None
+                self._generated = self._traced = self.fast = None
 
     @property
     def jit(self) -> Any:
@@ -154,6 +157,9 @@ class Executable:
         if traced:
             names["NOW"] = time.perf_counter_ns
             names["EMIT"] = self._emit
+        else:
+            names["TRACE"] = TRACE
+            names["TRACED"] = lambda *args: self.generated(traced=True).fn(*args)
         return names
 
     def _emit(self, address: int, t0: int, t1: int, out: Any) -> None:

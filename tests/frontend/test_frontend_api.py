@@ -4,11 +4,13 @@
 # `from __future__ import annotations` either: with it, ruff's UP037 "fix" unquotes the symbols.
 # ruff: noqa: F821
 
+import threading
 import timeit
 
 import numpy as np
 import pytest
 
+import msvm as ms
 from msvm.frontend import JitFunction, Mutable, Tensor, TensorAnnotation, jit, mutable, symbolic_mul
 from msvm.shapes import UNKNOWN, Dim
 
@@ -75,3 +77,19 @@ def test_signature_key_is_cheap() -> None:
     scale(*args)
     best = min(timeit.repeat(lambda: scale._key(args), number=2000, repeat=7)) / 2000
     assert best < 2e-6, f"{best * 1e6:.2f} us per key"
+
+
+def test_tracing_switched_on_after_warm_calls_is_seen() -> None:
+    """Warm calls take the executable's fast path directly; switching tracing on must still trace them."""
+    x, y = np.ones((4, 3), np.float32), np.ones(3, np.float32)
+    scale(x, y, 2)
+    scale(x, y, 2)
+    ms.vm.clear_bc_trace()
+    ms.vm.enable_bc_trace(True, path=None)
+    try:
+        np.testing.assert_array_equal(scale(x, y, 2), x * y + 2)
+    finally:
+        ms.vm.enable_bc_trace(False)
+    me = threading.get_ident()
+    ops = [e.op for e in ms.vm.bc_trace_events() if e.thread == me and e.opcode == "OP_CALL"]
+    assert ops == ["mul", "add"], ops

@@ -138,7 +138,8 @@ def test_native_entry_is_a_fastcall_builtin():
     m = region(lambda f, x, s: f.call("mul", [x, x]), [("[N, 3]", "float32")], scalars=["S"])
     r = compiled(m, bounds={"N": 16})
     fn, _definition = builtin(r.library.address(r.lowered.entry + "_fast"), "t")
-    x, out, arena = rand((4, 3)), np.empty((4, 3), np.float32), np.empty(r.lowered.planned_bytes + 64, np.uint8)
+    x, out = rand((4, 3)), np.empty((4, 3), np.float32)
+    arena = np.empty(r.lowered.planned_bytes + 64, np.uint8)
     assert type(fn).__name__ == "builtin_function_or_method"
     assert fn(x, out, arena, 4, 7) == 0
     assert_close(out, x * x)
@@ -159,7 +160,8 @@ def test_only_regions_with_large_work_release_the_gil():
     big = region(_chain, [("[N, 600]", "float32"), ("[600]", "float32")])
     assert not releases(compiled(big, bounds={"N": 8}))
     assert releases(compiled(big, bounds={"N": 4096}))
-    gemm = region(lambda f, x, w: f.call("matmul", [x, w]), [("[N, 256]", "float32"), ("[256, 256]", "float32")])
+    gemm = region(lambda f, x, w: f.call("matmul", [x, w]),
+                  [("[N, 256]", "float32"), ("[256, 256]", "float32")])
     assert releases(compiled(gemm, bounds={"N": 512}))
 
 
