@@ -4,13 +4,14 @@ Why a thread *and* a process: the thread keeps compiling off the execution threa
 and keeps interpreting; lowering and LLVM run in the compile worker process (``msvm.native.worker``),
 so an LLVM crash or hang costs one compile, not the user's Python process or Jupyter kernel, and the
 20–50 ms of Python that lowering a region costs never holds this process's GIL beside the user's
-calls. This thread only builds and verifies the region function, sends it, and loads and binds what
-comes back. A crash, a timeout (``ms.set_context(compile_timeout_ms=…)``: the worker is killed and
-restarted) or any exception of the code generator marks the entry ``fallback`` with the reason; its
+calls. This thread only builds the region function, sends it, and loads and binds what comes back;
+lowering verifies the function, so the worker does that too (verifying it here as well cost W6 19 ms
+of GIL a compile). A crash, a timeout (``ms.set_context(compile_timeout_ms=…)``: the worker is killed
+and restarted) or any exception of the code generator marks the entry ``fallback`` with the reason; its
 region keeps running interpreted and is not compiled again for that key.
 
 Phases, each timed and visible (``phase_ms``, monitor ``phase`` events, trace events of mode
-"compile" when tracing): ``queue`` (waiting), ``region`` (the standalone region function, verified),
+"compile" when tracing): ``queue`` (waiting), ``region`` (building the standalone region function),
 the code generator's own phases, ``worker`` (the round trip to the worker beyond its own phases) and
 ``install`` (the hot-patch).
 
@@ -40,7 +41,6 @@ from ..bytecode.module import Module
 from ..context import CONTEXT
 from ..native.worker import INJECTIONS, CompileWorker
 from ..observe.trace import TRACE, TraceEvent
-from ..verifier import verify_module
 from .cache import Entry
 from .stats import EVENTS, format_ns, hit_rate
 
@@ -202,10 +202,9 @@ class CompilerThread:
         entry.status = "compiling"
         EVENTS.publish("started", entry.name, function=entry.function, region=entry.region)
         try:
-            with self._phase(entry, "region"):
+            with self._phase(entry, "region"):  # not verified here: lowering verifies it, in the worker
                 module, name, bounds = region.build(entry)
                 entry.module, entry.bounds = module, bounds
-                verify_module(module)
             t0 = time.perf_counter_ns()
             with self._phase(entry, "compile", record=False):
                 compiled = self._compile_region(module, name, entry, bounds, fault)
@@ -256,7 +255,6 @@ class CompilerThread:
 
         try:
             module = _probe_module()
-            verify_module(module)
             compiled = compile_region(module, "probe", name="jit_launch_probe", via_worker=client)
             self.launch_overhead_ns = _fastest_call(compiled.fn, np.zeros(8, np.float32))
         except Exception as exc:  # the JIT works without the measurement

@@ -48,3 +48,25 @@ def test_an_injected_fault_ends_as_fallback_and_the_worker_heals(fault: str, wor
 def test_only_known_faults_can_be_injected() -> None:
     with pytest.raises(ValueError, match="crash"):
         COMPILER._inject_fault("segfault")
+
+
+def test_a_region_the_verifier_refuses_ends_as_fallback_with_its_reason(monkeypatch) -> None:
+    """The compiler thread does not verify the region it builds (lowering does, in the worker): a region
+    function the verifier refuses still ends as fallback naming the verifier's error."""
+    from msvm.bytecode import ModuleBuilder
+    from msvm.msjit.runtime import RegionRuntime
+
+    def broken(self, entry):
+        mb = ModuleBuilder("broken")
+        f = mb.function("f", ["x0"])
+        x = f.tensor_input(0, "[4, 3]", "float32")
+        f.ret(f.call("matmul", [x, x]))  # [4, 3] @ [4, 3]
+        return mb.build(), "f", {}
+
+    monkeypatch.setattr(RegionRuntime, "build", broken)
+    x = np.random.default_rng(3).random((6, 16), dtype=np.float32)
+    run(x, 3)
+    assert ms.vm.wait_for_compiles(60)
+    (entry,) = ms.vm.jit_info()
+    assert entry["status"] == "fallback" and "matmul" in entry["reason"], entry["reason"]
+    run(x, 2)  # still right, interpreted
