@@ -453,7 +453,8 @@ def make_linear_small(attrs: Mapping[str, Any]) -> Kernel:
         shapes = (x.shape, w.shape) if b is None else (x.shape, w.shape, b.shape)
         if common_float_name(x, w, b) is None or _linear_mnk(shapes) is None:
             return fallback(x, w) if b is None else fallback(x, w, b)
-        y = matmul_small(x.reshape(-1, w.shape[1]), w.T).reshape(*x.shape[:-1], w.shape[0])
+        rows = math.prod(x.shape[:-1])  # not -1: a reshape cannot infer it when K is 0
+        y = matmul_small(x.reshape(rows, w.shape[1]), w.T).reshape(*x.shape[:-1], w.shape[0])
         if b is not None:
             y += b
         return y
