@@ -206,10 +206,11 @@ def _gelu(fb: FnBuilder, args: Values, dtype: str, attrs: dict) -> ir.Value:
 # 5e-7 in float32, which is what gelu(x) = x·(1/2 + erf(x/√2)/2) needs (standalone erf keeps
 # mathlib's ≤ 3 ulp). In ``gelu_rational`` the 1/√2 and the 1/2 are folded into the coefficients (u² =
 # x²/2 scales them by powers of two, exactly) and both polynomials are evaluated in pairs (Estrin), so
-# the dependent chain is short: 10 FMAs and one division per element. W5's row kernel ran 7–15 %
-# faster so than with erf(x/√2) first and Horner's rule (same-process A/B, 128 and 4096 rows). (A
-# reciprocal estimate plus Newton steps instead of the division measured slower on Zen 4, and one
-# step alone is not accurate enough where 1/2 + erf/2 cancels.)
+# the dependent chain is short: 10 FMAs and one division per element. W5's row kernel against erf(x/√2)
+# first and Horner's rule (minimum of alternating rounds, same process): 94–96 vs 100–102 µs at
+# 128×1024 on one thread, 1.67 vs 1.74–1.78 ms at 4096×1024. (A reciprocal estimate plus Newton steps
+# instead of the division measured slower on Zen 4, and one step alone is not accurate enough where
+# 1/2 + erf/2 cancels.)
 _ERF_P = (
     -1.60960333262415e-02,
     -2.95459980854025e-03,
