@@ -22,7 +22,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...native import host, mathlib
-from ...native.irhelpers import fma, intrinsic
+from ...native.irhelpers import fma, intrinsic, nan_extreme
 from ...ops.registry import REGISTRY
 from ...shapes import Dim
 from . import dtypes
@@ -103,19 +103,22 @@ def _arith(float_op: str, int_op: str, bool_op: str | None = None) -> Callable[.
 
 
 def extreme(b: ir.IRBuilder, a: ir.Value, c: ir.Value, dtype: str, bigger: bool) -> ir.Value:
-    """numpy's maximum/minimum: ``a`` unless ``c`` is strictly beyond it, and a NaN in either wins.
+    """numpy's maximum/minimum: a NaN in either operand wins.
 
-    Written as ``c > a ? c : a`` (one vmaxps/vminps) plus a NaN select for ``c`` — cheaper than
-    ``llvm.maximum``, whose IEEE signed-zero ordering numpy does not have.
+    Against a constant (never NaN) one compare and select, ``c > a ? c : a``; otherwise
+    ``llvm.maximum``/``minimum`` (``nan_extreme``), which LLVM vectorises as a reduction too — the
+    select form left max-reductions scalar (a 512×1000 row max: 232 µs, now 22 µs) and cost a
+    200-op chain 30 ms of InstCombine. numpy itself gives the second operand of a ±0 tie; here
+    which zero comes out is unspecified.
     """
     if dtype == "bool":
         return b.or_(a, c) if bigger else b.and_(a, c)
     if not is_float(dtype):
         return _int_minmax(b, a, c, bigger)
-    pick = b.select(b.fcmp_ordered(">" if bigger else "<", c, a), c, a)
     if isinstance(c, ir.Constant):
-        return pick  # a constant is not NaN; a NaN ``a`` is kept by the select
-    return b.select(b.fcmp_unordered("uno", c, c), c, pick)
+        # a constant is not NaN; a NaN ``a`` is kept by the select
+        return b.select(b.fcmp_ordered(">" if bigger else "<", c, a), c, a)
+    return nan_extreme(b, a, c, bigger)
 
 
 def _extreme(bigger: bool) -> Callable[..., ir.Value]:
