@@ -167,7 +167,8 @@ class NativeLibrary:
         return f"<NativeLibrary {self.name} {self.times.total_ms:.1f} ms>"
 
 
-def _parse_and_optimize(ir: str, name: str, times: CompileTimes, opt_level: int, unroll: bool = True) -> Any:
+def _parse_and_optimize(ir: str, name: str, times: CompileTimes, opt_level: int, unroll: bool = True,
+                        slp: bool = True) -> Any:
     host = _init()
     llvm = host.llvm
     t0 = time.perf_counter()
@@ -179,7 +180,7 @@ def _parse_and_optimize(ir: str, name: str, times: CompileTimes, opt_level: int,
     module.data_layout = str(host.machine.target_data)
     pto = llvm.PipelineTuningOptions(speed_level=opt_level)
     pto.loop_vectorization = opt_level >= 2
-    pto.slp_vectorization = opt_level >= 2
+    pto.slp_vectorization = opt_level >= 2 and slp
     pto.loop_unrolling = opt_level >= 2 and unroll
     pb = llvm.create_pass_builder(host.machine, pto)
     pb.getModulePassManager().run(module, pb)
@@ -206,14 +207,15 @@ def compile_ir(ir: str, name: str = "module", *, opt_level: int = 3) -> NativeLi
                          module=module)
 
 
-def build_object(ir: str, name: str = "module", *, opt_level: int = 3, unroll: bool = True,
+def build_object(ir: str, name: str = "module", *, opt_level: int = 3, unroll: bool = True, slp: bool = True,
                  with_asm: bool = True, with_ir: bool = True) -> ObjectBuild:
     """Compile ``ir`` to a relocatable object file for the host (plus, when asked, the optimised IR
     and the assembly: printing them costs as much as a small kernel's compile, so the JIT asks only
-    when someone looks). ``unroll=False`` skips the loop unroller (the vectoriser still interleaves)."""
+    when someone looks). ``unroll=False`` skips the loop unroller (the vectoriser still interleaves),
+    ``slp=False`` the straight-line vectoriser (code whose vectors are loops' or written out)."""
     times = CompileTimes()
     with LLVM_LOCK:
-        module = _parse_and_optimize(ir, name, times, opt_level, unroll)
+        module = _parse_and_optimize(ir, name, times, opt_level, unroll, slp)
         t0 = time.perf_counter()
         machine = _init().machine
         obj = machine.emit_object(module)

@@ -47,6 +47,24 @@ def test_emit_object_load_object_round_trip() -> None:
     assert "saxpy" in build.asm and "define" in build.optimized_ir and build.times.total_ms > 0
 
 
+# Four independent adds stored side by side: straight-line code only the SLP vectoriser turns into a vector.
+_STRAIGHT = """
+define void @add4(float* noalias %a, float* noalias %b) {
+""" + "".join(f"""  %pa{i} = getelementptr float, float* %a, i64 {i}
+  %pb{i} = getelementptr float, float* %b, i64 {i}
+  %x{i} = load float, float* %pa{i}
+  %y{i} = load float, float* %pb{i}
+  %s{i} = fadd float %x{i}, %y{i}
+  store float %s{i}, float* %pa{i}
+""" for i in range(4)) + "  ret void\n}\n"
+
+
+def test_build_object_slp_switch() -> None:
+    """``slp=False`` (the JIT's regions) leaves straight-line code scalar; the default vectorises it."""
+    assert "<4 x float>" in llvm.build_object(_STRAIGHT, "slp", opt_level=2).optimized_ir
+    assert "<4 x float>" not in llvm.build_object(_STRAIGHT, "noslp", opt_level=2, slp=False).optimized_ir
+
+
 def test_target_identity_names_the_code_generator() -> None:
     ident = llvm.target_identity()
     assert set(ident) == {"triple", "cpu", "features", "llvm"}

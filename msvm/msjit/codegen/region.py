@@ -34,8 +34,10 @@ from .plan import Planner
 DISASSEMBLY_KINDS = ("llvm", "llvm-opt", "asm")
 # The pass pipeline for regions: O2 without the loop unroller. Measured against O3 on the workloads'
 # regions it compiles 30–40 % faster with run times within noise: the vectoriser's interleaving
-# already gives the inner loops their parallelism, and outer loops are never worth unrolling.
-PIPELINE = {"opt_level": 2, "unroll": False}
+# already gives the inner loops their parallelism, and outer loops are never worth unrolling. Nor
+# the SLP vectoriser: in the workloads' regions all it did was pack the entry's job frames into
+# vectors, and it cost W1's bucket region 23 of its 64 ms of optimisation.
+PIPELINE = {"opt_level": 2, "unroll": False, "slp": False}
 
 
 @dataclass
