@@ -41,8 +41,8 @@ from ..native.irhelpers import (
     intrinsic,
     load_vec,
     max_i64,
-    maxnum,
     min_i64,
+    nan_relu,
     splat,
     store_vec,
     vec,
@@ -100,7 +100,7 @@ def _build_ir(dtype: str, stride_w: int) -> str:
 
     def store(value: ir.Value, dst: ir.Value, mask: ir.Value | None) -> None:
         """The tile's last step: ReLU if asked, then a whole or a masked vector store."""
-        value = b.select(relu_out, maxnum(b, value, zero), value)
+        value = b.select(relu_out, nan_relu(b, value), value)
         if mask is None:
             store_vec(b, value, dst)
         else:
@@ -183,7 +183,7 @@ def _build_ir(dtype: str, stride_w: int) -> str:
                 with b.if_then(b.icmp_signed("<", b.add(oh0, i64(r)), oh_n)):
                     for u in range(vectors):
                         value = acc[r][u].get()
-                        value = b.select(relu, maxnum(b, value, zero), value)
+                        value = b.select(relu, nan_relu(b, value), value)
                         at = b.add(b.mul(b.add(oh0, i64(r)), ow_n), b.add(ow, i64(u * lanes)))
                         dst, res = gep(b, out_plane, at), gep(b, res_plane, at)
                         mask = None

@@ -27,8 +27,8 @@ from ..native.irhelpers import (
     gep,
     i64,
     max_i64,
-    maxnum,
     min_i64,
+    nan_relu,
 )
 from ..ops.registry import Kernel
 from .conv_common import (
@@ -87,7 +87,7 @@ def _build_ir(entry: blas.GemmEntry) -> str:
                 with for_range(b, 0, ohw, name="ep_i") as i:
                     slot = gep(b, row, i)
                     v = b.fadd(b.load(slot), bias_c)
-                    b.store(b.select(relu, maxnum(b, v, zero), v), slot)
+                    b.store(b.select(relu, nan_relu(b, v), v), slot)
     b.ret_void()
     return str(module)
 

@@ -44,8 +44,8 @@ from ..native.irhelpers import (
     i64,
     load_vec,
     max_i64,
-    maxnum,
     min_i64,
+    nan_relu,
     splat,
     store_first,
     store_vec,
@@ -201,7 +201,7 @@ def _build_ir(dtype: str, stride_w: int, blocked_in: bool, blocked_out: bool) ->
                             for v in range(VECTORS):
                                 acc[p][v].set(fma(b, xb, wv[v], acc[p][v].get()))
                     vals = [[acc[p][v].get() for v in range(VECTORS)] for p in range(pixels)]
-                    vals = [[b.select(relu, maxnum(b, x, zero), x) for x in row] for row in vals]
+                    vals = [[b.select(relu, nan_relu(b, x), x) for x in row] for row in vals]
                     at = scaled(ow, ol)
                     store = _store_blocked if blocked_out else _store_tile
                     store(b, vals, gep(b, out_row, at), gep(b, res_row, at), tail, full, valid, lanes)
@@ -292,7 +292,7 @@ class _Tail:
         b = self.b
         if res is not None:
             value = b.fadd(value, res)
-        return b.select(self.relu_out, maxnum(b, value, const(value.type, 0.0)), value)
+        return b.select(self.relu_out, nan_relu(b, value), value)
 
     def at(self, channel: ir.Value | int, pixel: int) -> tuple[ir.Value, ir.Value]:
         """Offsets of (channel, pixel) of the tile in the output and in the residual (channel: the first

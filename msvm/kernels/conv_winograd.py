@@ -22,7 +22,7 @@ from llvmlite import ir
 
 from ..native import blas
 from ..native.blas_ir import abi_key, emit_gemm
-from ..native.irhelpers import FLOAT_TYPES, I64, VOID, define, for_range, gep, i64, maxnum, min_i64
+from ..native.irhelpers import FLOAT_TYPES, I64, VOID, define, for_range, gep, i64, min_i64, nan_relu
 from ..ops.registry import Kernel
 from .conv_common import (
     ConvGeometry,
@@ -108,7 +108,7 @@ def _build_ir(entry: blas.GemmEntry) -> str:
                 for dy in range(2):
                     for dx in range(2):
                         value = b.fadd(y[dy][dx], bias_o)
-                        value = b.select(relu, maxnum(b, value, zero), value)
+                        value = b.select(relu, nan_relu(b, value), value)
                         keep = ir.Constant(ir.IntType(1), 1)
                         if dy:
                             keep = b.and_(keep, second_row)

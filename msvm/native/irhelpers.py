@@ -105,6 +105,13 @@ def maxnum(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     return builder.call(fn, [a, b])
 
 
+def nan_relu(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """max(x, 0) keeping a NaN, as numpy's maximum and torch's relu do (``maxnum`` makes it 0):
+    ``x < 0 ? 0 : x``, which x86 does in one vmaxps."""
+    zero = ir.Constant(x.type, 0.0)
+    return builder.select(builder.fcmp_ordered("<", x, zero), zero, x)
+
+
 def nan_extreme(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, bigger: bool) -> ir.Value:
     """max/min where a NaN operand wins (``llvm.maximum``/``minimum``), scalar or vector. ``nsz``: the
     zero a ±0 tie gives is left to the target — one vmaxps plus a NaN blend on x86, and a nested-select

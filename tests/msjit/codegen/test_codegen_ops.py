@@ -396,6 +396,24 @@ def test_conv2d_variants(dtype, mode):
     run_modes(mode, body, inputs, sym={"H": [(0, 2), (3, 2), (6, 2), (9, 3)], "W": [(12, 2), (15, 3)]})
 
 
+def test_conv_with_fused_relu_keeps_nan():
+    """conv → relu (→ + residual → relu) with constant weights fuse into the packed conv kernel's epilogue;
+    a NaN reaching it stays NaN as in the interpreter (an IEEE maxNum in the epilogue made it 0)."""
+    rng = np.random.default_rng(5)
+    w, b = rand((16, 8, 3, 3), rng=rng), rand((16,), rng=rng)
+
+    def body(f, x, r):
+        conv = f.call("conv2d", [x, f.load_const(w), f.load_const(b)], {"padding": (1, 1)})
+        y = f.call("relu", [conv])
+        return y, f.call("relu", [f.call("add", [y, r])])
+
+    x, r = rand((2, 8, 9, 9), rng=rng), rand((2, 16, 9, 9), rng=rng)
+    x[0, 3, 4, 4] = np.nan
+    r[1, 2, 0, 0] = np.nan
+    got = check(region(body, [("[2, 8, 9, 9]", "float32"), ("[2, 16, 9, 9]", "float32")]), x, r).fn(x, r)
+    assert np.isnan(got[0]).sum() == 16 * 9 and np.isnan(got[1]).sum() == 16 * 9 + 1
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_pooling(dtype, mode):
     def body(f, x, u):
