@@ -16,10 +16,12 @@ MCJIT engines, which take ownership of theirs, get fresh ones.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,29 @@ FINITE_SAFE_MATH: tuple[str, ...] = ("contract", "reassoc", "nsz", "arcp", "afn"
 LLVM_LOCK = threading.RLock()
 _INIT_LOCK = threading.Lock()
 _host: _Host | None = None
+_exiting = False
+EXIT_WAIT_S = 30.0  # at exit, how long to wait for a compile in flight
+
+
+@contextlib.contextmanager
+def _llvm() -> Iterator[None]:
+    """LLVM_LOCK held, unless the interpreter is exiting (then RuntimeError: no new LLVM work)."""
+    with LLVM_LOCK:
+        if _exiting:
+            raise RuntimeError("LLVM is closed: the interpreter is exiting")
+        yield
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Let the LLVM work in flight finish and refuse more. LLVM's static destructors run when the
+    process exits; a daemon thread (the JIT's compiler binding kernels, the calibrator) still inside
+    LLVM then crashed the exit with an assertion or a segfault (here: 5 exits in 6 of a script that
+    ended while the compiler thread built kernels)."""
+    global _exiting
+    if LLVM_LOCK.acquire(timeout=EXIT_WAIT_S):
+        _exiting = True
+        LLVM_LOCK.release()
 
 
 @dataclass(frozen=True)
@@ -134,7 +159,7 @@ class NativeLibrary:
         """The entry address of ``symbol``; KeyError when the library does not define it."""
         addr = self._addresses.get(symbol)
         if addr is None:
-            with LLVM_LOCK:
+            with _llvm():
                 addr = self._engine.get_function_address(symbol)
             if not addr:
                 raise KeyError(f"{self.name}: no symbol {symbol!r}")
@@ -143,7 +168,7 @@ class NativeLibrary:
 
     def global_address(self, symbol: str) -> int:
         """The address of the global variable ``symbol``; KeyError when the library does not define it."""
-        with LLVM_LOCK:
+        with _llvm():
             addr = self._engine.get_global_value_address(symbol)
         if not addr:
             raise KeyError(f"{self.name}: no global {symbol!r}")
@@ -159,7 +184,7 @@ class NativeLibrary:
     def asm(self) -> str:
         """The assembly text (generated on first access for in-process compiles)."""
         if self._asm is None:
-            with LLVM_LOCK:
+            with _llvm():
                 self._asm = target_machine().emit_assembly(self._module)
         return self._asm
 
@@ -196,7 +221,7 @@ def compile_ir(ir: str, name: str = "module", *, opt_level: int = 3) -> NativeLi
     Raises ``RuntimeError`` with LLVM's message on invalid IR.
     """
     times = CompileTimes()
-    with LLVM_LOCK:
+    with _llvm():
         module = _parse_and_optimize(ir, name, times, opt_level)
         optimized = str(module)
         t0 = time.perf_counter()
@@ -214,7 +239,7 @@ def build_object(ir: str, name: str = "module", *, opt_level: int = 3, unroll: b
     when someone looks). ``unroll=False`` skips the loop unroller (the vectoriser still interleaves),
     ``slp=False`` the straight-line vectoriser (code whose vectors are loops' or written out)."""
     times = CompileTimes()
-    with LLVM_LOCK:
+    with _llvm():
         module = _parse_and_optimize(ir, name, times, opt_level, unroll, slp)
         t0 = time.perf_counter()
         machine = _init().machine
@@ -236,7 +261,7 @@ def load_object(obj: bytes, name: str = "object", *, llvm_ir: str = "", optimize
     The object must have been built for this host (compare ``target_identity()``).
     """
     llvm = binding()
-    with LLVM_LOCK:
+    with _llvm():
         t0 = time.perf_counter()
         holder = llvm.parse_assembly("")
         holder.triple = _init().triple

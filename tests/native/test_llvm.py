@@ -86,3 +86,43 @@ def test_concurrent_compiles_from_threads() -> None:
     for t in threads:
         t.join()
     assert not errors
+
+
+_EXIT_SCRIPT = """
+import atexit, sys, threading, time
+
+@atexit.register  # registered before msvm.native.llvm's own handler, so it runs after it
+def after_llvm_closed():
+    print("waited", bool(released), flush=True)
+    try:
+        llvm.compile_ir(SAXPY, "after")
+    except RuntimeError as exc:
+        print("refused:", exc, flush=True)
+
+from msvm.native import llvm
+from native_samples import SAXPY
+llvm.compile_ir(SAXPY, "warm")
+released = []
+
+def hold():  # a compile in flight when the main thread exits
+    with llvm.LLVM_LOCK:
+        time.sleep(0.5)
+        released.append(time.monotonic())
+
+threading.Thread(target=hold, daemon=True).start()
+time.sleep(0.1)
+"""
+
+
+def test_exit_waits_for_the_compile_in_flight_and_refuses_more() -> None:
+    """At exit LLVM work in flight on a daemon thread finishes before LLVM goes away, and none starts after
+    (a script ending while the JIT's compiler thread built kernels crashed in LLVM 5 exits in 6)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    out = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "waited True" in out.stdout and "refused: LLVM is closed" in out.stdout, out.stdout + out.stderr
