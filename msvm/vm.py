@@ -58,9 +58,10 @@ def jit_info() -> list[dict]:
 
     ``name`` (``jit_cache_<digest>_<symbols>``), ``function``, ``region`` (index in the function),
     ``address`` (the region's first bytecode address), ``mode`` (exact, bucket, adaptive),
-    ``status`` (queued, compiling, compiled, fallback), ``hits`` (native runs), ``compile_ms`` (wall
-    time from leaving the queue to installed), ``compile_cpu_ms`` (the CPU time of that: the compile
-    worker runs on cores the user's code leaves idle, so under load the wall time is longer) and
+    ``status`` (queued, compiling, compiled, fallback), ``hits`` (native runs), ``waiting`` (runs
+    interpreted while it was queued or compiling), ``compile_ms`` (wall time from leaving the queue
+    to installed), ``compile_cpu_ms`` (the CPU time of that: the compile worker runs on cores the
+    user's code leaves idle — or one lent by BLAS once it is starved — so the wall time is longer) and
     ``phase_ms`` (per pipeline phase), ``code_bytes`` (machine code), ``planned_bytes`` and
     ``naive_bytes`` (the memory plan's arena against one buffer per tensor), ``reason`` (why the
     entry was created, or why it fell back), ``interp_ms`` and ``native_ms`` (mean interpreted and

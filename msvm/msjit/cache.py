@@ -321,6 +321,7 @@ class Entry:
     module: Module | None = field(default=None, repr=False)  # the region function it was compiled from
     timed: Any = field(default=None, repr=False)  # a launcher that times every run (for judging)
     hits: list[int] = field(default_factory=lambda: [0])  # a cell the hit launcher bumps
+    waiting: int = 0  # interpreted runs of its keys while it was queued or compiling
     native: dict[tuple, list[int]] = field(default_factory=dict)  # run-time key -> sampled native runs, ns
     judging: tuple | None = None  # the run-time key whose interpreted and native runs alternate now
     judged: bool = False  # compared with the interpreter and kept
@@ -365,6 +366,7 @@ class Entry:
             "mode": self.mode,
             "status": self.status,
             "hits": self.hit_count,
+            "waiting": self.waiting,
             "compile_ms": self.compile_ms,
             "compile_cpu_ms": self.compile_cpu_ms,
             "phase_ms": dict(self.phase_ms),

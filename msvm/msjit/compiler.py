@@ -23,6 +23,9 @@ which no region is worth compiling. The worker runs at idle priority (``SCHED_ID
 CPU time the user's process leaves, and a kernel's helper thread waking up preempts it at once —
 at nice 10 it kept its time slice, and a 2-thread kernel waited for its straggling helper (W1 batch-16
 calls while a worker started, same-run medians: 22.0 ms with no worker, 19.5 idle, 28.4 at nice 10).
+Idle priority alone starved it for good while the program called OpenBLAS in a loop (its threads
+spin between calls): a request still unanswered after ``STARVED_S``, for code the program keeps
+asking for, borrows a core from the program's BLAS pool until it is answered (``blas.lend_core``).
 """
 
 from __future__ import annotations
@@ -39,33 +42,69 @@ import numpy as np
 from ..bytecode.builder import ModuleBuilder
 from ..bytecode.module import Module
 from ..context import CONTEXT
+from ..native import blas
 from ..native.worker import INJECTIONS, CompileWorker
 from ..observe.trace import TRACE, TraceEvent
 from .cache import Entry
 from .stats import EVENTS, format_ns, hit_rate
 
+# A request to the worker unanswered after STARVED_S gets a core lent while the entry it compiles has
+# been asked for WANTED_CALLS times since it was queued. A compile takes 50–150 ms of CPU, and idle
+# gaps usually give it that within half a second; lending sooner only slowed short streams (W3's
+# 100 calls in bucket mode, alternating processes: 359–402 ms lending after 0.1 s, 290–343 never).
+STARVED_S = 0.5
+WANTED_CALLS = 2
+_WANTED_POLL_S = 0.02
 _IDLE_TICK_S = 1.0  # how often an idle compiler samples the hit rate for the monitor
 _PROBE_ROUNDS, _PROBE_CALLS = 5, 20  # launch overhead: the fastest round's mean time per call
+
+
+@contextmanager
+def _core_when_starved(wanted: Callable[[], bool]) -> Iterator[None]:
+    """Lend the worker a core (``blas.lend_core``) while a request is unanswered after ``STARVED_S``
+    and ``wanted()`` says the program keeps asking for what it compiles. The worker runs at idle
+    priority, so a program calling OpenBLAS in a loop starved it for good; lending for a compile the
+    program rarely asks for (exact mode in a stream of many shapes) would only slow the program."""
+    done = threading.Event()
+
+    def watch() -> None:
+        if not done.wait(STARVED_S):
+            while not wanted():
+                if done.wait(_WANTED_POLL_S):
+                    return
+            blas.lend_core()
+
+    watcher = threading.Thread(target=watch, name="msvm-jit-starved", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        blas.return_core()
 
 
 class _Worker:
     """The compile worker as the code generator sees it: our timeout, and a fault injected for a test."""
 
-    def __init__(self, worker: CompileWorker, inject: str | None) -> None:
+    def __init__(self, worker: CompileWorker, inject: str | None, wanted: Callable[[], bool]) -> None:
         self._worker = worker
         self._inject = inject
+        self._wanted = wanted
 
     def compile(self, ir: str, timeout_s: float | None = None, **options: Any) -> Any:
         del timeout_s  # compile_timeout_ms decides
         if self._inject is not None:
             options["inject"] = self._inject
-        return self._worker.compile(ir, CONTEXT.compile_timeout_ms / 1000.0, **options)
+        with _core_when_starved(self._wanted):
+            return self._worker.compile(ir, CONTEXT.compile_timeout_ms / 1000.0, **options)
 
     def call(self, target: str, header: dict[str, Any], payload: bytes = b"", timeout_s: float | None = None
              ) -> Any:
         del timeout_s  # compile_timeout_ms decides
-        return self._worker.call(target, header, payload, CONTEXT.compile_timeout_ms / 1000.0,
-                                 inject=self._inject)
+        with _core_when_starved(self._wanted):
+            return self._worker.call(target, header, payload, CONTEXT.compile_timeout_ms / 1000.0,
+                                     inject=self._inject)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._worker, name)
@@ -240,8 +279,9 @@ class CompilerThread:
         backend = self._backend
         if backend is None:
             from .codegen import compile_region as backend
+        client = self._client(fault, lambda: entry.waiting >= WANTED_CALLS)
         return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
-                       via_worker=self._client(fault), bounds=bounds or None)
+                       via_worker=client, bounds=bounds or None)
 
     def _warm_up(self) -> None:
         """Start the worker by compiling a probe region, and time the probe's native calls: the launch
@@ -249,7 +289,7 @@ class CompilerThread:
         The worker process starts while this thread imports the code generator (each takes
         0.15–0.2 s in a fresh process)."""
         t0 = time.perf_counter_ns()
-        client = self._client(None)
+        client = self._client(None, self._queue_wanted)
         client.prestart(preload="msvm.msjit.codegen.region")  # its import overlaps this thread's
         from .codegen import compile_region
 
@@ -264,10 +304,14 @@ class CompilerThread:
         EVENTS.publish("warm", None, ms=(time.perf_counter_ns() - t0) / 1e6,
                        launch_overhead=format_ns(self.launch_overhead_ns))
 
-    def _client(self, fault: str | None) -> _Worker:
+    def _client(self, fault: str | None, wanted: Callable[[], bool]) -> _Worker:
         if self._worker is None:
             self._worker = CompileWorker(idle=True)
-        return _Worker(self._worker, fault)
+        return _Worker(self._worker, fault, wanted)
+
+    def _queue_wanted(self) -> bool:
+        """Is some queued entry asked for (what the worker's start-up, during the warm-up, is for)?"""
+        return any(e.waiting >= WANTED_CALLS for e in list(self._queue))
 
     @contextmanager
     def _phase(self, entry: Entry, phase: str, record: bool = True) -> Iterator[None]:

@@ -180,6 +180,8 @@ class RegionRuntime:
                 raise JitError(entry.error, address=self.region.start, hint="the function was declared with "
                                "fallback=False; use fallback=True to keep running interpreted")
             self.misses += 1
+            if entry is not None and entry.status in ("queued", "compiling"):
+                entry.waiting += 1
             if len(state.keys) < _MAX_KEYS:
                 state.keys.add(key)
             if entry is None and not state.rejected:

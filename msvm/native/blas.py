@@ -44,6 +44,7 @@ CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS = 101, 111, 112
 RATE_SHAPES = ((64, 1024, 144), (128, 256, 256))
 SWITCH_MARGIN = 1.15  # how much faster another library must be to be used instead of numpy's
 QUIET_ROUNDS = 3  # alternating measurement rounds when several libraries compete
+LEND_WAIT_S = 5.0  # how long a measurement waits for a lent core to come back
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,63 @@ def _threads_of(lib: ctypes.CDLL) -> int | None:
     return _call_first(lib, ("openblas_get_num_threads", "openblas_get_num_threads64_",
                              "scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads"),
                        ctypes.c_int, None)
+
+
+_SET_THREADS = ("openblas_set_num_threads", "openblas_set_num_threads64_",
+                "scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads")
+
+
+def _set_threads(lib: ctypes.CDLL, n: int) -> bool:
+    for name in _SET_THREADS:
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.argtypes, fn.restype = [ctypes.c_int], None
+            fn(n)
+            return True
+    return False
+
+
+_LEND_LOCK = threading.Lock()
+_lent: dict[str, tuple[ctypes.CDLL, int, int]] = {}  # path -> (library, its pool size before, lent down to)
+UNLENT = threading.Event()  # set while no core is lent (what measurements of BLAS wait for)
+UNLENT.set()
+
+
+def lend_core() -> bool:
+    """Shrink every loaded OpenBLAS pool by one thread until ``return_core``: True if one was shrunk.
+
+    Why: the JIT's compile worker runs at idle priority, and an OpenBLAS pool keeps every core busy
+    while a program calls it in a loop (its idle threads spin ~0.1 s after each call), so the worker
+    never ran — a W2 loop was still waiting for its first compile after 30 s. Running the program's
+    GEMMs one thread narrower frees a core for it; a worker at normal priority instead took cores from
+    OpenBLAS's static halves mid-GEMM (W3's 100-call stream: 290–310 ms idle, 415–515 ms normal).
+    """
+    with _LEND_LOCK:
+        if not _lent:
+            for _, path, _ in _discover_libraries():
+                lib = _loaded(path)
+                threads = _threads_of(lib) if lib is not None else None
+                if lib is not None and threads is not None and threads > 1 and _set_threads(lib, threads - 1):
+                    _lent[path] = (lib, threads, threads - 1)
+            if _lent:
+                UNLENT.clear()
+        return bool(_lent)
+
+
+def return_core() -> None:
+    """Undo ``lend_core`` (a pool someone resized meanwhile is left as they set it)."""
+    with _LEND_LOCK:
+        for lib, before, during in _lent.values():
+            if _threads_of(lib) == during:
+                _set_threads(lib, before)
+        _lent.clear()
+        UNLENT.set()
+
+
+def _pool_size(path: str, lib: ctypes.CDLL) -> int | None:
+    """An OpenBLAS's pool size as the program set it (not as lent)."""
+    lent = _lent.get(path)
+    return lent[1] if lent is not None else _threads_of(lib)
 
 
 def _call_first(lib: ctypes.CDLL, names: Iterable[str], restype: Any, default: Any) -> Any:
@@ -333,6 +391,7 @@ def _measure(entry: GemmEntry, budget_s: float) -> float:
         a = rng.standard_normal((m, k)).astype(entry.dtype)
         b = rng.standard_normal((k, n)).astype(entry.dtype)
         out = np.zeros((m, n), entry.dtype)
+        UNLENT.wait(LEND_WAIT_S)  # not while the JIT's worker has a core of ours
         t_start = time.perf_counter()
         entry.gemm(a, b, out)  # warm up (threads, caches)
         best = float("inf")
@@ -444,7 +503,7 @@ def threads_spin(dtype: str = "float32") -> bool:
     read once per process.)"""
     entry = best_gemm(dtype)
     lib = _loaded(entry.path) if entry is not None and entry.path else None
-    return lib is not None and (_threads_of(lib) or 1) > 1
+    return lib is not None and (_pool_size(entry.path, lib) or 1) > 1
 
 
 def best_sgemm() -> GemmEntry | None:
@@ -466,7 +525,7 @@ def identity() -> dict[str, Any]:
         lib = _loaded(path)
         out.append({"source": source, "file": os.path.basename(os.path.realpath(path)),
                     "config": _config_of(lib) if lib is not None else "",
-                    "threads": _threads_of(lib) if lib is not None else None})
+                    "threads": _pool_size(path, lib) if lib is not None else None})
     return {"libraries": out}
 
 

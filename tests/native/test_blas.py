@@ -162,3 +162,46 @@ def test_no_blas_found_is_graceful(monkeypatch: pytest.MonkeyPatch) -> None:
     assert blas.discover() == []
     assert blas.best_sgemm() is None and blas.best_dgemm() is None
     assert blas.report()["best"] == {"float32": "none found", "float64": "none found"}
+
+
+def _pools() -> list[tuple[str, object, int]]:
+    found = []
+    for _, path, _ in blas._discover_libraries():
+        lib = blas._loaded(path)
+        threads = blas._threads_of(lib) if lib is not None else None
+        if threads is not None and threads > 1:
+            found.append((path, lib, threads))
+    return found
+
+
+@pytest.mark.skipif(not _pools(), reason="no OpenBLAS pool of more than one thread is loaded")
+def test_lend_core_shrinks_each_pool_by_one_and_gives_it_back() -> None:
+    """The JIT's starved worker borrows a core: every OpenBLAS pool runs one thread narrower meanwhile,
+    while what the process reports about its BLAS (the capability DB's key) stays as the program set it."""
+    pools = _pools()
+    identity, spin = blas.identity(), blas.threads_spin()
+    try:
+        assert blas.lend_core() and blas.lend_core()  # a second lend changes nothing
+        assert not blas.UNLENT.is_set()
+        assert [blas._threads_of(lib) for _, lib, _ in pools] == [n - 1 for _, _, n in pools]
+        assert blas.identity() == identity and blas.threads_spin() == spin
+        a = np.ones((64, 64), np.float32)
+        assert (a @ a == 64).all()  # numpy's GEMM keeps working on the narrower pool
+    finally:
+        blas.return_core()
+    assert blas.UNLENT.is_set()
+    assert [blas._threads_of(lib) for _, lib, _ in pools] == [n for _, _, n in pools]
+
+
+@pytest.mark.skipif(not _pools(), reason="no OpenBLAS pool of more than one thread is loaded")
+def test_a_pool_resized_while_lent_is_left_as_set() -> None:
+    _, lib, threads = _pools()[0]
+    try:
+        blas.lend_core()
+        blas._set_threads(lib, 1 if threads > 2 else threads)  # someone (threadpoolctl, the user) resizes it
+        wanted = blas._threads_of(lib)
+        blas.return_core()
+        assert blas._threads_of(lib) == wanted
+    finally:
+        blas.return_core()
+        blas._set_threads(lib, threads)

@@ -1,0 +1,73 @@
+"""The compiler thread's side of scheduling: when a starved compile borrows a core from the program."""
+
+# ms.Tensor["N", 8] reads to linters as a string forward reference: noise here.
+# ruff: noqa: F821
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import msvm as ms
+from msvm.frontend import Tensor, jit
+from msvm.msjit import compiler
+from msvm.msjit.compiler import COMPILER
+
+
+@pytest.fixture
+def lends(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record lend/return calls instead of resizing the BLAS pool; a short starvation threshold."""
+    calls: list[str] = []
+    monkeypatch.setattr(compiler.blas, "lend_core", lambda: calls.append("lend") or True)
+    monkeypatch.setattr(compiler.blas, "return_core", lambda: calls.append("return"))
+    monkeypatch.setattr(compiler, "STARVED_S", 0.05)
+    return calls
+
+
+@pytest.mark.parametrize(("request_s", "wanted_after_s", "lent"), [
+    (0.01, 0.0, False),  # answered before it counts as starved
+    (0.4, 0.0, True),  # starved, and the program keeps asking for it
+    (0.4, None, False),  # starved, but nobody waits for this code
+    (0.4, 0.2, True),  # the program starts asking while it is starved
+])
+def test_a_starved_request_borrows_a_core_only_while_wanted(lends, request_s, wanted_after_s, lent) -> None:
+    t0 = time.monotonic()
+
+    def wanted() -> bool:
+        return wanted_after_s is not None and time.monotonic() - t0 >= wanted_after_s
+
+    with compiler._core_when_starved(wanted):
+        time.sleep(request_s)
+    assert lends == (["lend", "return"] if lent else ["return"])
+
+
+@jit(cache_mode="exact")
+def scale(x: Tensor["N", 8]):
+    return x * 3.0 + 1.0
+
+
+def test_runs_interpreted_while_an_entry_compiles_are_counted() -> None:
+    """``waiting``: what the lending decision reads (and jit_info reports)."""
+    from msvm.msjit.codegen import compile_region
+
+    release = threading.Event()
+
+    def blocked(*args, **kwargs):
+        release.wait(30)
+        return compile_region(*args, **kwargs)
+
+    x = np.ones((4, 8), np.float32)
+    COMPILER._use_backend(blocked)
+    try:
+        for _ in range(3 + 5):  # the third call makes the key hot; five more run while it compiles
+            np.testing.assert_allclose(scale(x), x * 3 + 1)
+        (entry,) = [e for e in ms.vm.jit_info() if e["function"] == "scale"]
+        assert entry["status"] in ("queued", "compiling") and entry["waiting"] == 5
+    finally:
+        release.set()
+        COMPILER._use_backend(None)
+    assert ms.vm.wait_for_compiles(60)
+    scale(x)
+    (entry,) = [e for e in ms.vm.jit_info() if e["function"] == "scale"]
+    assert entry["status"] == "compiled" and entry["waiting"] == 5 and entry["hits"] == 1
