@@ -195,6 +195,7 @@ class JobPool:
         self._address = self._state.ctypes.data
         self._lock = threading.Lock()
         self._run: Any = None
+        self._lent: int | None = None  # the helper count while one is lent
 
     def _start(self) -> Any:
         with self._lock:
@@ -215,6 +216,22 @@ class JobPool:
         """(address of ``pool_run``, address of the pool's state) for generated code to call."""
         self._start()
         return self._entry, self._address
+
+    def lend_core(self) -> bool:
+        """Run jobs on one helper fewer until ``return_core`` (``pool_run`` reads the count at every
+        call): the JIT's compile worker, starved at idle priority, gets that core. True if lent."""
+        with self._lock:
+            slot = _FIELDS.index("helpers") * _LINE
+            if self._lent is None and self._state[slot] > 0:
+                self._lent = int(self._state[slot])
+                self._state[slot] = self._lent - 1
+            return self._lent is not None
+
+    def return_core(self) -> None:
+        with self._lock:
+            if self._lent is not None:
+                self._state[_FIELDS.index("helpers") * _LINE] = self._lent
+                self._lent = None
 
     def run(self, job: int, frame: Any, *, flops: float) -> None:
         """Run ``job`` (an address) on ``frame`` on as many threads as ``flops`` of work is worth."""

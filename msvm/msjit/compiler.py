@@ -42,6 +42,7 @@ import numpy as np
 from ..bytecode.builder import ModuleBuilder
 from ..bytecode.module import Module
 from ..context import CONTEXT
+from ..kernels.threads import POOL
 from ..native import blas
 from ..native.worker import INJECTIONS, CompileWorker
 from ..observe.trace import TRACE, TraceEvent
@@ -61,10 +62,11 @@ _PROBE_ROUNDS, _PROBE_CALLS = 5, 20  # launch overhead: the fastest round's mean
 
 @contextmanager
 def _core_when_starved(wanted: Callable[[], bool]) -> Iterator[None]:
-    """Lend the worker a core (``blas.lend_core``) while a request is unanswered after ``STARVED_S``
-    and ``wanted()`` says the program keeps asking for what it compiles. The worker runs at idle
-    priority, so a program calling OpenBLAS in a loop starved it for good; lending for a compile the
-    program rarely asks for (exact mode in a stream of many shapes) would only slow the program."""
+    """Lend the worker a core (one thread fewer in OpenBLAS's pool and in our job pool) while a request
+    is unanswered after ``STARVED_S`` and ``wanted()`` says the program keeps asking for what it
+    compiles. The worker runs at idle priority, so a program calling OpenBLAS or our 2-thread
+    kernels in a loop starved it for good; lending for a compile the program rarely asks for (exact
+    mode in a stream of many shapes) would only slow the program."""
     done = threading.Event()
 
     def watch() -> None:
@@ -73,6 +75,7 @@ def _core_when_starved(wanted: Callable[[], bool]) -> Iterator[None]:
                 if done.wait(_WANTED_POLL_S):
                     return
             blas.lend_core()
+            POOL.lend_core()
 
     watcher = threading.Thread(target=watch, name="msvm-jit-starved", daemon=True)
     watcher.start()
@@ -82,6 +85,7 @@ def _core_when_starved(wanted: Callable[[], bool]) -> Iterator[None]:
         done.set()
         watcher.join()
         blas.return_core()
+        POOL.return_core()
 
 
 class _Worker:

@@ -54,6 +54,18 @@ def test_small_work_stays_on_the_calling_thread() -> None:
     assert _run(JobPool(2), 10, 1, 10) == 1
 
 
+def test_a_lent_core_leaves_jobs_one_helper_short_until_returned() -> None:
+    """The JIT's starved compile worker borrows a core: jobs then run without the lent helper."""
+    pool = JobPool(2)
+    assert not pool.lend_core()  # nothing to lend before the helpers exist
+    ran_on = {_run(pool, 10_000, 64, 1e12) for _ in range(20)}
+    assert ran_on <= {1, 2}
+    assert pool.lend_core() and pool.lend_core()  # lent once
+    assert {_run(pool, 10_000, 64, 1e12) for _ in range(20)} == {1}
+    pool.return_core()
+    assert max(_run(pool, 100_000, 64, 1e12) for _ in range(50)) == 2  # a helper joins again
+
+
 def test_concurrent_callers_share_the_pool() -> None:
     """Callers that find the pool busy run their job alone; nothing is lost or done twice."""
     pool = JobPool(2)
