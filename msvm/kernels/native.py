@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,8 +31,10 @@ _KEY_LOCKS: dict[tuple, threading.Lock] = {}
 _LOCK = threading.Lock()
 
 
-def native_library(key: tuple, build_ir: Callable[[], str]) -> NativeLibrary:
-    """The library for ``key``, built from ``build_ir()`` the first time it is asked for."""
+def native_library(key: tuple, build_ir: Callable[[], str], pipeline: Mapping[str, Any] | None = None
+                   ) -> NativeLibrary:
+    """The library for ``key``, built from ``build_ir()`` the first time it is asked for (with
+    ``llvm.build_object``'s ``pipeline`` options; O3 by default)."""
     lib = _LIBRARIES.get(key)
     if lib is not None:
         return lib
@@ -41,7 +43,7 @@ def native_library(key: tuple, build_ir: Callable[[], str]) -> NativeLibrary:
     with key_lock:
         lib = _LIBRARIES.get(key)
         if lib is None:
-            lib = cached_library(key, build_ir, "_".join(map(str, key)))
+            lib = cached_library(key, build_ir, "_".join(map(str, key)), pipeline)
             _LIBRARIES[key] = lib
     return lib
 

@@ -21,8 +21,9 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from .llvm import NativeLibrary, build_object, load_object, target_identity
 
@@ -53,15 +54,19 @@ def object_path(key: tuple) -> Path:
     return cache_dir() / "kernels" / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.o"
 
 
-def cached_library(key: tuple, build_ir: Callable[[], str], name: str) -> NativeLibrary:
-    """The kernel library ``key`` (IR from ``build_ir()``) compiled at O3 for this host and loaded:
-    from the disk cache when it holds it, else compiled now and stored for the next process."""
-    path = object_path(key) if os.environ.get("MSVM_KERNEL_CACHE", "1") != "0" else None
+def cached_library(key: tuple, build_ir: Callable[[], str], name: str,
+                   pipeline: Mapping[str, Any] | None = None) -> NativeLibrary:
+    """The kernel library ``key`` (IR from ``build_ir()``) compiled for this host (``build_object``'s
+    options in ``pipeline``, O3 by default) and loaded: from the disk cache when it holds it, else
+    compiled now and stored for the next process."""
+    pipeline = dict(pipeline or {})
+    cached = os.environ.get("MSVM_KERNEL_CACHE", "1") != "0"
+    path = object_path((*key, *sorted(pipeline.items()))) if cached else None
     obj = _read(path) if path is not None else None
     if obj is not None:
         return load_object(obj, name)
     ir = build_ir()
-    build = build_object(ir, name, with_asm=False, with_ir=False)
+    build = build_object(ir, name, with_asm=False, with_ir=False, **pipeline)
     if path is not None:
         _write(path, build.object_code)
     return load_object(build.object_code, name, llvm_ir=ir, times=build.times)

@@ -95,3 +95,23 @@ def test_the_folder_keeps_the_most_recent_files(monkeypatch):
     assert kept() == {2, 3, 4}
     objcache.cached_library(("answer", 5), builds, "answer")
     assert kept() == {3, 4, 5}
+
+
+def test_a_kernel_compiled_with_its_own_pipeline_is_cached_apart(monkeypatch):
+    """``pipeline`` reaches ``build_object`` (conv_nchwc compiles at O2 without the unroller) and the
+    object is stored under its own name, so a change of pipeline never loads the other's code."""
+    seen: list[dict] = []
+    real = objcache.build_object
+
+    def spy(ir, name, **options):
+        seen.append(options)
+        return real(ir, name, **options)
+
+    monkeypatch.setattr(objcache, "build_object", spy)
+    builds = Builds()
+    pipeline = {"opt_level": 2, "unroll": False, "slp": False}
+    assert answer(objcache.cached_library(("answer", 3), builds, "answer", pipeline)) == 42
+    assert answer(objcache.cached_library(("answer", 3), builds, "answer")) == 42
+    assert builds.count == 2 and {**seen[0], **pipeline} == seen[0] and "opt_level" not in seen[1]
+    assert answer(objcache.cached_library(("answer", 3), builds, "answer", pipeline)) == 42
+    assert builds.count == 2  # loaded from the cache
