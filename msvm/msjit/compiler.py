@@ -42,8 +42,6 @@ import numpy as np
 from ..bytecode.builder import ModuleBuilder
 from ..bytecode.module import Module
 from ..context import CONTEXT
-from ..kernels.threads import POOL
-from ..native import blas
 from ..native.worker import INJECTIONS, CompileWorker
 from ..observe.trace import TRACE, TraceEvent
 from .cache import Entry
@@ -67,6 +65,9 @@ def _core_when_starved(wanted: Callable[[], bool]) -> Iterator[None]:
     compiles. The worker runs at idle priority, so a program calling OpenBLAS or our 2-thread
     kernels in a loop starved it for good; lending for a compile the program rarely asks for (exact
     mode in a stream of many shapes) would only slow the program."""
+    from ..kernels.threads import POOL  # not at import: interpreting needs neither (nor llvmlite)
+    from ..native import blas
+
     done = threading.Event()
 
     def watch() -> None:

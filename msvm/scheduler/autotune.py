@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..native import blas
 from .background import checkpoint
 
 REPEATS = 3  # timed runs after one warm-up; the median is kept
@@ -44,13 +43,14 @@ def time_kernel(run: Callable[[], Any], repeats: int = REPEATS, budget_s: float 
     """Median (or ``statistic``) seconds of ``run()`` after ``warmup`` calls (first touch, lazy
     compiles, BLAS threads waking up). In the background calibrator every run is a ``checkpoint``
     (the process may be exiting). Runs are not timed while the JIT's worker borrows a core."""
+    from ..native.blas import LEND_WAIT_S, UNLENT  # not at import: ``import msvm`` stays light
     for _ in range(warmup):
         checkpoint()
         run()
     samples: list[float] = []
     for _ in range(repeats):
         checkpoint()
-        blas.UNLENT.wait(blas.LEND_WAIT_S)  # the JIT's worker may have a core of ours for a while
+        UNLENT.wait(LEND_WAIT_S)  # the JIT's worker may have a core of ours for a while
         t0 = time.perf_counter()
         run()
         samples.append(time.perf_counter() - t0)

@@ -11,18 +11,20 @@ import pytest
 
 import msvm as ms
 from msvm.frontend import Tensor, jit
+from msvm.kernels.threads import POOL
 from msvm.msjit import compiler
 from msvm.msjit.compiler import COMPILER
+from msvm.native import blas
 
 
 @pytest.fixture
 def lends(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record lend/return calls instead of resizing the thread pools; a short starvation threshold."""
     calls: list[str] = []
-    monkeypatch.setattr(compiler.blas, "lend_core", lambda: calls.append("lend") or True)
-    monkeypatch.setattr(compiler.blas, "return_core", lambda: calls.append("return"))
-    monkeypatch.setattr(compiler.POOL, "lend_core", lambda: calls.append("pool lend") or True)
-    monkeypatch.setattr(compiler.POOL, "return_core", lambda: calls.append("pool return"))
+    monkeypatch.setattr(blas, "lend_core", lambda: calls.append("lend") or True)
+    monkeypatch.setattr(blas, "return_core", lambda: calls.append("return"))
+    monkeypatch.setattr(POOL, "lend_core", lambda: calls.append("pool lend") or True)
+    monkeypatch.setattr(POOL, "return_core", lambda: calls.append("pool return"))
     monkeypatch.setattr(compiler, "STARVED_S", 0.05)
     return calls
 
