@@ -25,7 +25,8 @@ at nice 10 it kept its time slice, and a 2-thread kernel waited for its straggli
 calls while a worker started, same-run medians: 22.0 ms with no worker, 19.5 idle, 28.4 at nice 10).
 Idle priority alone starved it for good while the program called OpenBLAS in a loop (its threads
 spin between calls): a request still unanswered after ``STARVED_S``, for code the program keeps
-asking for, borrows a core from the program's BLAS pool until it is answered (``blas.lend_core``).
+asking for, borrows a core from the program's thread pools (OpenBLAS's and the job pool) until it
+is answered.
 """
 
 from __future__ import annotations

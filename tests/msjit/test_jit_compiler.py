@@ -25,15 +25,15 @@ def lends(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(blas, "return_core", lambda: calls.append("return"))
     monkeypatch.setattr(POOL, "lend_core", lambda: calls.append("pool lend") or True)
     monkeypatch.setattr(POOL, "return_core", lambda: calls.append("pool return"))
-    monkeypatch.setattr(compiler, "STARVED_S", 0.05)
+    monkeypatch.setattr(compiler, "STARVED_S", 0.1)
     return calls
 
 
 @pytest.mark.parametrize(("request_s", "wanted_after_s", "lent"), [
     (0.01, 0.0, False),  # answered before it counts as starved
-    (0.4, 0.0, True),  # starved, and the program keeps asking for it
-    (0.4, None, False),  # starved, but nobody waits for this code
-    (0.4, 0.2, True),  # the program starts asking while it is starved
+    (0.6, 0.0, True),  # starved, and the program keeps asking for it
+    (0.6, None, False),  # starved, but nobody waits for this code
+    (0.6, 0.3, True),  # the program starts asking while it is starved
 ])
 def test_a_starved_request_borrows_a_core_only_while_wanted(lends, request_s, wanted_after_s, lent) -> None:
     t0 = time.monotonic()
