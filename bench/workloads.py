@@ -4,7 +4,8 @@ Engines measured in the same run: numpy eager (the reference; every engine's out
 against it), the msvm interpreter (JIT off), msvm with the JIT in each relevant cache mode, and
 torch eager / torch.compile when torch is installed (jax.jit when jax is). Per workload: steady
 state median, the first call after each new shape, the whole stream's wall time with every
-compile included, compiles, cache entries and hit rate, and GFLOP/s or GB/s against the sgemm
+compile included, compiles, cache entries and hit rate, how long a loop on the steady input runs
+before its first native call (the JIT engines), and GFLOP/s or GB/s against the sgemm
 peak and memory bandwidth this suite measures on the machine — around each workload: the better of
 the measurements just before and just after it, since on a shared machine both drift by 20–40 %
 within a run and a figure from minutes earlier would credit or blame the engines for the drift.
@@ -30,6 +31,7 @@ from .models import Workload, workloads
 
 BUCKETS = (1, 4, 16, 64, 256, 1024)
 SWITCH_PASSES = 3
+LANDING_LIMIT_S = 10.0  # how long measure_landing waits for a first native call
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Run:
     max_abs_err: float | None = None
     also_steady: dict[str, float] = field(default_factory=dict)  # label -> steady seconds
     switch_ratios: list[float] = field(default_factory=list)  # stream again, warm: call ÷ its shape's steady
+    landing: tuple[float, int] | None = None  # a fresh loop on the steady input: (s, calls) to a native run
 
 
 def machine_peaks() -> tuple[float, float]:
@@ -130,7 +133,24 @@ def bench_msvm(w: Workload, engine: str, options: dict[str, Any], reference: np.
         ms.vm.wait_for_compiles(120)
         run.also_steady[label] = measure(lambda args=args: fn(*args), repeat=5, min_time=0.1)
     measure_switches(run, w, fn)
+    if "hot_threshold" not in options:
+        run.landing = measure_landing(w, options)
     return run
+
+
+def measure_landing(w: Workload, options: dict[str, Any]) -> tuple[float, int]:
+    """A fresh function called on the steady input in a loop, as a program would: seconds and calls
+    until one ran native code (``LANDING_LIMIT_S`` at most). The compile worker only gets the CPU
+    the loop leaves, or a core the loop lends it once starved (``msvm.msjit.compiler``)."""
+    ms.vm.reset()
+    fn = w.make(**options)
+    t0, calls = time.perf_counter(), 0
+    while time.perf_counter() - t0 < LANDING_LIMIT_S:
+        fn(*w.steady)
+        calls += 1
+        if any(e["hits"] for e in ms.vm.jit_info() if e["function"] == fn.__name__):
+            break
+    return time.perf_counter() - t0, calls
 
 
 def bench_torch(w: Workload, compiled: bool, reference: np.ndarray) -> Run:
@@ -249,6 +269,11 @@ def report(w: Workload, runs: list[Run], peaks: tuple[float, float]) -> str:
         ratios = ", ".join(f"{r.engine} median {statistics.median(r.switch_ratios):.2f}× "
                            f"(max {max(r.switch_ratios):.2f}×)" for r in switching)
         out += f"\nlater shape switches (the stream again, every shape warm) ÷ their shape's steady: {ratios}"
+    landed = [r for r in runs if r.landing]
+    if landed:
+        times = ", ".join(f"{r.engine} {fmt_time(r.landing[0])} ({r.landing[1]} calls)"
+                          + ("" if r.landing[0] < LANDING_LIMIT_S else " — none yet") for r in landed)
+        out += f"\na fresh loop on the steady input, first native call after: {times}"
     for r in runs:
         if r.compile_ms:
             cpu = f" (CPU {statistics.median(r.compile_cpu_ms):.1f})" if r.compile_cpu_ms else ""
