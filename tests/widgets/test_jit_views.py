@@ -98,6 +98,7 @@ def test_cache_view_matches_jit_info_and_shows_listings() -> None:
     assert list(view.picker.options) == [e["name"] for e in entries]
     compiled = next(e for e in entries if e["status"] == "compiled")
     assert "compile_cpu_ms" in view.table.value  # wall and CPU time of each compile side by side
+    assert "waiting" in view.table.value  # runs interpreted while it compiled
     view.picker.value = compiled["name"]
     for kind in ("bytecode", "llvm", "llvm-opt", "asm"):
         view.kind.value = kind

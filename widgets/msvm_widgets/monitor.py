@@ -23,7 +23,7 @@ from .pump import UpdatePump, default_pump
 
 QUEUE_COLUMNS = ("name", "function", "region", "mode", "symbols", "reason")
 ACTIVE_COLUMNS = ("name", "function", "region", "phase", "phase_ms")
-CACHE_COLUMNS = ("name", "function", "mode", "status", "hits", "compile_ms", "saved_ms", "reason")
+CACHE_COLUMNS = ("name", "function", "mode", "status", "hits", "waiting", "compile_ms", "saved_ms", "reason")
 EVENT_COLUMNS = ("seq", "time", "kind", "entry", "phase", "status", "reason")
 RECENT_EVENTS = 12
 
