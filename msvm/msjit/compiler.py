@@ -60,24 +60,26 @@ _PROBE_ROUNDS, _PROBE_CALLS = 5, 20  # launch overhead: the fastest round's mean
 
 
 @contextmanager
-def _core_when_starved(wanted: Callable[[], bool]) -> Iterator[None]:
+def _core_when_starved(wanted: Callable[[], bool], entry: str | None) -> Iterator[None]:
     """Lend the worker a core (one thread fewer in OpenBLAS's pool and in our job pool) while a request
     is unanswered after ``STARVED_S`` and ``wanted()`` says the program keeps asking for what it
     compiles. The worker runs at idle priority, so a program calling OpenBLAS or our 2-thread
     kernels in a loop starved it for good; lending for a compile the program rarely asks for (exact
-    mode in a stream of many shapes) would only slow the program."""
+    mode in a stream of many shapes) would only slow the program. Monitor events ``core-lent`` and
+    ``core-returned`` (with the milliseconds lent) show it."""
     from ..kernels.threads import POOL  # not at import: interpreting needs neither (nor llvmlite)
     from ..native import blas
 
     done = threading.Event()
+    lent_at: list[float] = []
 
     def watch() -> None:
         if not done.wait(STARVED_S):
             while not wanted():
                 if done.wait(_WANTED_POLL_S):
                     return
-            blas.lend_core()
-            POOL.lend_core()
+            lent_at.append(time.perf_counter())
+            EVENTS.publish("core-lent", entry, blas=blas.lend_core(), pool=POOL.lend_core())
 
     watcher = threading.Thread(target=watch, name="msvm-jit-starved", daemon=True)
     watcher.start()
@@ -88,27 +90,31 @@ def _core_when_starved(wanted: Callable[[], bool]) -> Iterator[None]:
         watcher.join()
         blas.return_core()
         POOL.return_core()
+        if lent_at:
+            EVENTS.publish("core-returned", entry, ms=(time.perf_counter() - lent_at[0]) * 1e3)
 
 
 class _Worker:
     """The compile worker as the code generator sees it: our timeout, and a fault injected for a test."""
 
-    def __init__(self, worker: CompileWorker, inject: str | None, wanted: Callable[[], bool]) -> None:
+    def __init__(self, worker: CompileWorker, inject: str | None, wanted: Callable[[], bool],
+                 entry: str | None) -> None:
         self._worker = worker
         self._inject = inject
         self._wanted = wanted
+        self._entry = entry
 
     def compile(self, ir: str, timeout_s: float | None = None, **options: Any) -> Any:
         del timeout_s  # compile_timeout_ms decides
         if self._inject is not None:
             options["inject"] = self._inject
-        with _core_when_starved(self._wanted):
+        with _core_when_starved(self._wanted, self._entry):
             return self._worker.compile(ir, CONTEXT.compile_timeout_ms / 1000.0, **options)
 
     def call(self, target: str, header: dict[str, Any], payload: bytes = b"", timeout_s: float | None = None
              ) -> Any:
         del timeout_s  # compile_timeout_ms decides
-        with _core_when_starved(self._wanted):
+        with _core_when_starved(self._wanted, self._entry):
             return self._worker.call(target, header, payload, CONTEXT.compile_timeout_ms / 1000.0,
                                      inject=self._inject)
 
@@ -285,7 +291,7 @@ class CompilerThread:
         backend = self._backend
         if backend is None:
             from .codegen import compile_region as backend
-        client = self._client(fault, lambda: entry.waiting >= WANTED_CALLS)
+        client = self._client(fault, lambda: entry.waiting >= WANTED_CALLS, entry.name)
         return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
                        via_worker=client, bounds=bounds or None)
 
@@ -295,7 +301,7 @@ class CompilerThread:
         The worker process starts while this thread imports the code generator (each takes
         0.15–0.2 s in a fresh process)."""
         t0 = time.perf_counter_ns()
-        client = self._client(None, self._queue_wanted)
+        client = self._client(None, self._queue_wanted, None)
         client.prestart(preload="msvm.msjit.codegen.region")  # its import overlaps this thread's
         from .codegen import compile_region
 
@@ -310,10 +316,10 @@ class CompilerThread:
         EVENTS.publish("warm", None, ms=(time.perf_counter_ns() - t0) / 1e6,
                        launch_overhead=format_ns(self.launch_overhead_ns))
 
-    def _client(self, fault: str | None, wanted: Callable[[], bool]) -> _Worker:
+    def _client(self, fault: str | None, wanted: Callable[[], bool], entry: str | None) -> _Worker:
         if self._worker is None:
             self._worker = CompileWorker(idle=True)
-        return _Worker(self._worker, fault, wanted)
+        return _Worker(self._worker, fault, wanted, entry)
 
     def _queue_wanted(self) -> bool:
         """Is some queued entry asked for (what the worker's start-up, during the warm-up, is for)?"""

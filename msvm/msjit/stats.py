@@ -23,7 +23,8 @@ class JitEvent:
     seq: int
     time: float  # time.time()
     kind: str  # queued, started, phase, installed, fallback, demoted, skipped, hit-rate, cache-full,
-    # buckets, guard, warm (the worker started and the launch overhead measured)
+    # buckets, guard, warm (the worker started and the launch overhead measured), core-lent and
+    # core-returned (a starved compile borrowed a core of the program's thread pools)
     entry: str | None  # the entry's name, when the event is about one
     data: dict[str, Any] = field(default_factory=dict)
 

@@ -41,10 +41,16 @@ def test_a_starved_request_borrows_a_core_only_while_wanted(lends, request_s, wa
     def wanted() -> bool:
         return wanted_after_s is not None and time.monotonic() - t0 >= wanted_after_s
 
-    with compiler._core_when_starved(wanted):
+    since = max((e["seq"] for e in ms.vm.jit_monitor().events()), default=0)
+    with compiler._core_when_starved(wanted, "jit_cache_test"):
         time.sleep(request_s)
     given_back = ["return", "pool return"]
     assert lends == (["lend", "pool lend", *given_back] if lent else given_back)
+    events = [e for e in ms.vm.jit_monitor().events(since) if e["kind"].startswith("core-")]
+    assert [e["kind"] for e in events] == (["core-lent", "core-returned"] if lent else [])
+    assert all(e["entry"] == "jit_cache_test" for e in events)
+    if lent:
+        assert events[0]["blas"] is True and events[0]["pool"] is True and events[1]["ms"] > 0
 
 
 @jit(cache_mode="exact")
