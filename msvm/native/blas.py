@@ -167,25 +167,23 @@ def _config_of(lib: ctypes.CDLL) -> str:
                              "scipy_openblas_get_config"), ctypes.c_char_p, b"").decode(errors="replace")
 
 
+# An OpenBLAS's pool-size functions, as its builds name them ("get" or "set" filled in).
+_NUM_THREADS = ("openblas_{}_num_threads", "openblas_{}_num_threads64_", "scipy_openblas_{}_num_threads64_",
+                "scipy_openblas_{}_num_threads")
+
+
 def _threads_of(lib: ctypes.CDLL) -> int | None:
     """The size of an OpenBLAS's thread pool, None for other libraries."""
-    return _call_first(lib, ("openblas_get_num_threads", "openblas_get_num_threads64_",
-                             "scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads"),
-                       ctypes.c_int, None)
-
-
-_SET_THREADS = ("openblas_set_num_threads", "openblas_set_num_threads64_",
-                "scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads")
+    return _call_first(lib, (n.format("get") for n in _NUM_THREADS), ctypes.c_int, None)
 
 
 def _set_threads(lib: ctypes.CDLL, n: int) -> bool:
-    for name in _SET_THREADS:
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.argtypes, fn.restype = [ctypes.c_int], None
-            fn(n)
-            return True
-    return False
+    fn = _first(lib, (name.format("set") for name in _NUM_THREADS))
+    if fn is None:
+        return False
+    fn.argtypes, fn.restype = [ctypes.c_int], None
+    fn(n)
+    return True
 
 
 _LEND_LOCK = threading.Lock()
@@ -207,8 +205,8 @@ def lend_core() -> bool:
         if not _lent:
             for _, path, _ in _discover_libraries():
                 lib = _loaded(path)
-                threads = _threads_of(lib) if lib is not None else None
-                if lib is not None and threads is not None and threads > 1 and _set_threads(lib, threads - 1):
+                threads = (_threads_of(lib) if lib is not None else None) or 1
+                if threads > 1 and _set_threads(lib, threads - 1):
                     _lent[path] = (lib, threads, threads - 1)
             if _lent:
                 UNLENT.clear()
@@ -231,14 +229,18 @@ def _pool_size(path: str, lib: ctypes.CDLL) -> int | None:
     return lent[1] if lent is not None else _threads_of(lib)
 
 
+def _first(lib: ctypes.CDLL, names: Iterable[str]) -> Any:
+    """The first of ``names`` that ``lib`` defines, None if none."""
+    return next((fn for fn in (getattr(lib, name, None) for name in names) if fn is not None), None)
+
+
 def _call_first(lib: ctypes.CDLL, names: Iterable[str], restype: Any, default: Any) -> Any:
-    for name in names:
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.restype = restype
-            value = fn()
-            return default if value is None else value
-    return default
+    fn = _first(lib, names)
+    if fn is None:
+        return default
+    fn.restype = restype
+    value = fn()
+    return default if value is None else value
 
 
 def _package_libraries(package: str, patterns: Iterable[str]) -> list[str]:
