@@ -1,6 +1,10 @@
-"""GEMMs through the BLAS found at run time, small contractions as loops, and im2col convolution.
+"""GEMMs on the job pool or through the BLAS found at run time, small contractions as loops, and im2col
+convolution.
 
-``GemmKernel`` calls the measured-fastest ``?gemm`` (``msvm.native.blas``) from generated code by
+``PoolGemm`` runs ``msvm.kernels.gemm_packed``'s job on the job pool (the threads of the region's
+convolutions and row kernels): B is a constant weight packed into panels when the region was lowered
+(with its bias, and the ReLU / residual epilogue it takes over), or an operand the job packs a panel
+at a time. ``GemmKernel`` calls the measured-fastest ``?gemm`` (``msvm.native.blas``) from generated code by
 address, in either ABI (row-major cblas, or column-major Fortran as ``Cᵀ = Bᵀ·Aᵀ``, integers of
 either width). Operands are views: a transposed weight is passed with the transpose flag, a
 sliced one with its row stride, broadcast batches by looping or — when only ``a`` is batched and
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from ...kernels import gemm_packed
 from ...native.blas import GemmEntry
 from ...native.blas_ir import emit_gemm
 from ...native.irhelpers import for_range
@@ -29,12 +34,13 @@ from . import dims as dimlib
 from . import dtypes
 from .buffers import Buffer
 from .dtypes import I64, cast
-from .emit import FnBuilder, ModuleEmitter, accumulate, loop_nest
+from .emit import FnBuilder, ModuleEmitter, accumulate, loop_nest, run_job
 from .emit_elementwise import ElementwiseKernel, apply
 from .emit_reduce import combine
-from .kernels import Kernel, expr_buffers, has_checks
+from .epilogue import EpilogueKernel
+from .kernels import THREADS, Kernel, expr_buffers, has_checks
 from .nodes import Expr, Load, summary
-from .views import ZERO, Shape, View, contiguous_strides, same
+from .views import ZERO, Shape, View, contiguous_strides, numel, same
 
 
 def _nonnegative(d: Dim) -> bool:
@@ -191,6 +197,73 @@ class GemmKernel(Kernel):
         loop_nest(fb, batch, one, split_outer=bool(batch))
         fb.finish()
         return fb
+
+
+class PoolGemm(EpilogueKernel):
+    """``out[view] = a @ B (+ bias)`` over at most one batch dim ([batch?, M, N], unit-stride rows) by the
+    ``gemm_packed`` job: B is ``packed`` (a constant in panels, its bias padded alike) or the operand
+    ``b``, read as rows of B[k][n] (or of B[n][k] when transposed) into the thread's ``scratch``."""
+
+    def __init__(self, a: Operand, b: Operand | None, packed: Buffer | None, bias: Buffer | None, out: Buffer,
+                 view: View, n: Dim, scratch: Buffer | None) -> None:
+        self.a, self.b, self.packed, self.bias, self.out, self.view = a, b, packed, bias, out, view
+        self.n, self.work = n, scratch
+
+    def reads(self) -> list[Buffer]:
+        b = self.packed if self.b is None else self.b.buffer
+        extra = [self.bias, self.residual.buffer if self.residual is not None else None]
+        return list(dict.fromkeys(x for x in [self.a.buffer, b, *extra] if x is not None))
+
+    def scratch(self) -> list[Buffer]:
+        return [self.work] if self.work is not None else []
+
+    def describe(self) -> str:
+        m, k = self.a.view.shape[-2:]
+        batch = f" batch {self.view.shape[0]}" if len(self.view.shape) == 3 else ""
+        how = "packed" if self.b is None else "Bᵀ" if self.b.trans else "B"
+        out = self.out.resolve().name
+        return f"gemm {m}x{self.n}x{k}{batch} {how} -> {out} (pool){self.epilogue_steps()}"
+
+    def absorb_epilogue(self, consumer: Kernel, buf: Buffer) -> bool:
+        view = self.view
+        whole = view.is_contiguous() and view.offset == ZERO and same(numel(view.shape), numel(buf.shape))
+        return whole and super().absorb_epilogue(consumer, buf)
+
+    def emit(self, em: ModuleEmitter) -> FnBuilder:
+        fb = em.function("gemm", [self.out, *self.scratch(), *self.reads()])
+        a, b, view = self.a, self.b, self.view
+        m, k = a.view.shape[-2:]
+        batched = len(view.shape) == 3
+
+        def stride(v: View) -> Dim:
+            return v.strides[0] if batched else ZERO
+
+        dims = {"M": m, "N": self.n, "K": k, "LDX": a.ld, "LDO": view.strides[-2], "LDR": self.n,
+                "BATCH": view.shape[0] if batched else Dim.const(1), "SX": stride(a.view), "SO": stride(view),
+                "SR": m * self.n if batched else ZERO}
+        values = {name: fb.dim(d) for name, d in dims.items()}
+        values |= {"x": fb.at(a.buffer, a.view.offset), "out": fb.at(self.out, view.offset + self.out_offset)}
+        if b is None:
+            assert self.packed is not None
+            values |= {"w": fb.ptr(self.packed), "BMODE": _i64(gemm_packed.PACKED)}
+        else:
+            values |= {"w": fb.at(b.buffer, b.view.offset), "LDW": fb.dim(b.ld), "SW": fb.dim(stride(b.view)),
+                       "BMODE": _i64(gemm_packed.NK if b.trans else gemm_packed.KN)}
+        if self.bias is not None:
+            values["bias"] = fb.ptr(self.bias)
+        if self.residual is not None:
+            values["residual"] = fb.at(self.residual.buffer, self.residual.view.offset)
+        if self.work is not None:
+            values |= {"scratch": fb.ptr(self.work), "slot_bytes": _i64(self.work.size // THREADS)}
+        values["flags"] = _i64(self.epilogue.flags(self.bias is not None))
+        flops = numel(view.shape) * (k * 2)
+        run_job(fb, gemm_packed.FRAME, values, ("gemm_packed", self.out.dtype), fb.dim(flops))
+        fb.finish()
+        return fb
+
+
+def _i64(value: int) -> ir.Constant:
+    return ir.Constant(I64, value)
 
 
 class Contraction(Expr):

@@ -11,7 +11,7 @@ because a source position that rounds differently picks another pixel.
 or depthwise), by address: the region's code fills the kernel's argument frame and runs it on the
 job pool's threads (``msvm.kernels.threads``), weights packed when the region was lowered. It
 takes over the elementwise pass that alone reads its output when that pass is its epilogue
-(``absorb_epilogue``: ReLU, a residual add, ReLU), so a ResNet block's conv, skip and activation
+(``epilogue.EpilogueKernel``: ReLU, a residual add, ReLU), so a ResNet block's conv, skip and activation
 write the output once; ``conv_layouts`` keeps the tensors that only such convolutions touch in
 NCHWc with a zero border (no transposes, no copies of the input for its padding).
 """
@@ -25,18 +25,18 @@ import numpy as np
 from llvmlite import ir
 
 from ...kernels import conv_depthwise, conv_nchwc
-from ...kernels.conv_common import NO_EPILOGUE, Epilogue
 from ...native.irhelpers import LANES, Slot, for_range
 from ...shapes import Dim, as_dim
 from . import dtypes
 from .buffers import Buffer
 from .dtypes import F32, I64, cast, constant
 from .emit import FnBuilder, ModuleEmitter, accumulate, run_job
-from .emit_elementwise import ElementwiseKernel, extreme, intrinsic_call
+from .emit_elementwise import extreme, intrinsic_call
 from .emit_linalg import ConvGeometry, window_source
+from .epilogue import EpilogueKernel
 from .kernels import THREADS, Kernel
-from .nodes import Expr, Load, Map
-from .views import ZERO, Shape, View, numel, same
+from .nodes import Expr, Load
+from .views import ZERO, Shape, same
 
 
 def _i64(value: int) -> ir.Constant:
@@ -366,7 +366,7 @@ class RoiAlign(Expr):
         return "roi_align"
 
 
-class NativeConv(Kernel):
+class NativeConv(EpilogueKernel):
     """``out = conv2d(x) + bias`` by ``msvm.kernels``' ``nchwc`` or ``depthwise`` job.
 
     ``x`` is a dense view; ``weight`` (and ``bias``) are constant buffers in the layout the kernel
@@ -388,9 +388,6 @@ class NativeConv(Kernel):
     ) -> None:
         self.kind, self.x, self.weight, self.bias, self.out = kind, x, weight, bias, out
         self.geo, self.pads, self.work = geo, pads, scratch
-        self.out_offset: Dim = ZERO
-        self.residual: Load | None = None
-        self.epilogue = NO_EPILOGUE
         # None: NCHW; else NCHWc with a zero border of that many pixels around x / out / residual
         self.x_border: int | None = None
         self.out_border: int | None = None
@@ -400,21 +397,14 @@ class NativeConv(Kernel):
         extra = [self.bias, self.residual.buffer if self.residual is not None else None]
         return list(dict.fromkeys(b for b in [self.x.buffer, self.weight, *extra] if b is not None))
 
-    def writes(self) -> list[Buffer]:
-        return [self.out]
-
     def scratch(self) -> list[Buffer]:
         return [self.work] if self.work is not None else []
 
     def describe(self) -> str:
-        g, e = self.geo, self.epilogue
-        steps = ["bias"] if self.bias is not None else []
-        steps += ["relu"] if e.relu else []
-        steps += [f"+{self.residual.buffer.resolve().name}"] if self.residual is not None else []
-        steps += ["relu"] if e.relu_out else []
+        g = self.geo
         return (
             f"conv2d {g.kh}x{g.kw}/s{g.stride[0]} groups {g.groups} [{g.n}x{g.c}x{g.h}x{g.w}] -> "
-            f"{self.out.resolve().name} {self.kind}{' (' + ','.join(steps) + ')' if steps else ''}"
+            f"{self.out.resolve().name} {self.kind}{self.epilogue_steps()}"
             f"{_layout(' in', self.x_border)}{_layout(' out', self.out_border)}"
         )
 
@@ -427,25 +417,6 @@ class NativeConv(Kernel):
             and _same_shape(self.out.shape, shape)
             and _whole_blocks(self.out.dtype, g.out_group)
         )
-
-    def absorb_epilogue(self, consumer: Kernel, buf: Buffer) -> bool:
-        """Take over ``consumer`` when it computes ``relu?(relu?(buf) + residual)`` element for element."""
-        if not isinstance(consumer, ElementwiseKernel) or buf is not self.out or self.epilogue != NO_EPILOGUE:
-            return False
-        view = consumer.view
-        if consumer.out.dtype != self.out.dtype or not (view.is_contiguous() and _same_numel(view, buf)):
-            return False
-        expr, relu_out = _strip_relu(consumer.expr)
-        parsed = _conv_epilogue(expr, buf, view.shape)
-        if parsed is None:
-            return False
-        relu, residual = parsed
-        if residual is None:
-            self.epilogue = Epilogue(relu=relu or relu_out)
-        else:
-            self.epilogue = Epilogue(relu=relu, residual=True, relu_out=relu_out)
-        self.out, self.out_offset, self.residual = consumer.out, view.offset, residual
-        return True
 
     def emit(self, em: ModuleEmitter) -> FnBuilder:
         fb = em.function("conv", [self.out, *self.scratch(), *self.reads()])
@@ -502,45 +473,6 @@ def _bordered(
 
 def _layout(what: str, border: int | None) -> str:
     return "" if border is None else f" NCHWc{what}" + (f"+{border}" if border else "")
-
-
-def _same_numel(view: View, buf: Buffer) -> bool:
-    return same(numel(view.shape), numel(buf.shape))
-
-
-def _strip_relu(expr: Expr) -> tuple[Expr, bool]:
-    if isinstance(expr, Map) and expr.op == "relu":
-        return expr.args[0], True
-    return expr, False
-
-
-def _conv_epilogue(expr: Expr, buf: Buffer, shape: Shape) -> tuple[bool, Load | None] | None:
-    """(ReLU of the conv, residual) when ``expr`` is ``relu?(buf)`` or ``relu?(buf) + residual`` read at the
-    consumer's own index (every operand a dense view of ``shape``, the residual another buffer)."""
-
-    def own(node: Expr) -> bool:
-        return isinstance(node, Load) and node.buffer is buf and node.view == View.contiguous(shape)
-
-    def conv(node: Expr) -> tuple[bool] | None:
-        inner, relu = _strip_relu(node)
-        return (relu,) if own(inner) and node.dtype == buf.dtype else None
-
-    if (hit := conv(expr)) is not None:
-        return hit[0], None
-    if not (isinstance(expr, Map) and expr.op == "add" and expr.dtype == buf.dtype and len(expr.args) == 2):
-        return None
-    for a, other in (expr.args, expr.args[::-1]):
-        hit = conv(a)
-        if (
-            hit is not None
-            and isinstance(other, Load)
-            and other.buffer is not buf
-            and other.dtype == buf.dtype
-            and other.view.shape == tuple(shape)
-            and other.view.is_contiguous()
-        ):
-            return hit[0], other
-    return None
 
 
 def conv_layouts(kernels: Sequence[Kernel]) -> None:

@@ -10,7 +10,7 @@ address into the global after loading (``install``).
 
 Keys are tuples: ``("const", k)`` the plan's constant k, ``("gemm", entry name)``, ``("pool", "run" |
 "state")``, ``("py", name)`` a function of CPython's C API, ``(job, dtype, …)`` for the native conv
-jobs, as ``job_address`` takes them, and ``("rows", kind, dtype)`` for the row jobs of
+and packed-GEMM jobs, as ``job_address`` takes them, and ``("rows", kind, dtype)`` for the row jobs of
 ``msvm.kernels.rows``.
 """
 
@@ -53,6 +53,10 @@ def resolve(key: Key, constants: Sequence[np.ndarray]) -> int:
         from ...kernels import conv_depthwise
 
         return conv_depthwise.job_address(*args)
+    if kind == "gemm_packed":
+        from ...kernels import gemm_packed
+
+        return gemm_packed.job_address(*args)
     if kind == "rows":
         from ...kernels import rows
 

@@ -12,12 +12,14 @@ from typing import Any
 
 import numpy as np
 
+from ...kernels import gemm_packed
 from ...ops.registry import OpDef, TensorType
 from ...shapes import Dim, as_dim, dmax, dmin
 from . import views
+from .buffers import Buffer
 from .emit_elementwise import ELEMENTWISE_OPS
 from .emit_layout import Gather, Pad
-from .emit_linalg import Contraction, GemmKernel, operand
+from .emit_linalg import Contraction, GemmKernel, Operand, PoolGemm, fold_batch, operand
 from .emit_reduce import ReduceKernel, RowKernel, RowSpec, reduction_layout
 from .nodes import Const, Expr, Index, Load, Map
 from .plan import Planner
@@ -26,6 +28,10 @@ from .views import Shape, View, numel
 
 _HUGE = 2**62
 BLAS_MIN_FLOPS = 1 << 15  # exact-mode contractions smaller than this run as fused loops
+# GEMMs whose B is at most this large run on the job pool (``PoolGemm``), larger ones through BLAS: at
+# W2's 16 MiB weights OpenBLAS's cache blocking is as fast (ratios 1.02-1.08 here), and packing such a
+# weight while lowering and shipping it back from the compile worker made W2's compiles 3x longer.
+POOL_GEMM_MAX_BYTES = 4 << 20
 
 
 def _shape(t: TensorType) -> Shape:
@@ -271,14 +277,46 @@ def matmul(ctx: Planner, a: Expr, b: Expr, dtype: str, out_shape: Shape) -> Expr
     full = (*batch, m, n)
     entry = ctx.gemm_entry(dtype)
     flops = _flops(*full, k)
-    if entry is None or (flops.is_const and flops.value < BLAS_MIN_FLOPS):
-        result: Expr = Contraction(a3, b3, dtype)
+    pool = dtype in gemm_packed.DTYPES and len(batch) <= 1 and fits_pool(k * n, dtype)
+    if (entry is None and not pool) or (flops.is_const and flops.value < BLAS_MIN_FLOPS):
+        return _as(ctx, Contraction(a3, b3, dtype), out_shape)
+    a_op, b_op = (_operand(ctx, x) for x in (a3, b3))
+    if pool and a_op.trans and entry is not None:
+        pool = False  # the job reads x by rows: a column-major x goes to BLAS as it is
+    elif pool and a_op.trans:
+        a_op = _operand(ctx, ctx.materialize(a3))
+    dest, view = ctx.result_layout(full, dtype)
+    if pool:
+        pool_gemm(ctx, a_op, b_op, None, None, dest, view, n)
     else:
-        ops = [_operand(ctx, x) for x in (a3, b3)]
-        dest, view = ctx.result_layout(full, dtype)
-        ctx.add(GemmKernel(ops[0], ops[1], dest, entry, view))
-        result = Load(dest, view)
-    return result if len(full) == len(out_shape) else ctx.reshape(result, out_shape)
+        ctx.add(GemmKernel(a_op, b_op, dest, entry, view))
+    return _as(ctx, Load(dest, view), out_shape)
+
+
+def _as(ctx: Planner, result: Expr, out_shape: Shape) -> Expr:
+    return result if len(result.shape) == len(out_shape) else ctx.reshape(result, out_shape)
+
+
+def fits_pool(b_elements: Dim, dtype: str) -> bool:
+    """Is B small enough for the job pool's GEMM (a symbolic size is bounded by its bucket: yes)?"""
+    return not b_elements.is_const or b_elements.value * np.dtype(dtype).itemsize <= POOL_GEMM_MAX_BYTES
+
+
+def pool_gemm(ctx: Planner, a: Operand, b: Operand | None, packed: Buffer | None, bias: Buffer | None,
+              dest: Buffer, view: View, n: Dim) -> None:
+    """Add the ``PoolGemm`` of ``a @ B`` into ``dest`` through ``view`` (B the operand ``b``, or the constant
+    ``packed`` panels with their padded ``bias``); a batch that continues a's rows becomes more rows."""
+    if b is not None and view.is_contiguous():
+        folded = fold_batch(a, b, view.shape)
+        if folded is not None:
+            a, b, shape = folded
+            view = View.contiguous(shape, view.offset)
+    scratch = None
+    if b is not None:
+        size = gemm_packed.scratch_bytes(a.view.shape[-1], dest.dtype)
+        scratch = ctx.new_buffer((size // 8,), "int64", "gemm")
+        scratch.per_thread = True
+    ctx.add(PoolGemm(a, b, packed, bias, dest, view, n, scratch))
 
 
 def broadcast_batch(a: Shape, b: Shape) -> Shape:
@@ -302,18 +340,3 @@ def _matmul(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[
     return matmul(ctx, inputs[0], inputs[1], out[0].dtype, _shape(out[0]))
 
 
-@lowers("linear")
-def _linear(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
-    x, w = inputs[0], inputs[1]
-    t = out[0]
-    wt = w.relayout(views.permute(w.shape, [1, 0]))
-    shape = (*x.shape[:-1], w.shape[0])
-    prod_dtype = t.dtype if len(inputs) == 2 else _matmul_dtype(x.dtype, w.dtype)
-    y = matmul(ctx, x, wt, prod_dtype, shape)
-    if len(inputs) == 3:
-        y = ctx.map("add", [y, inputs[2]], t.dtype, _shape(t))
-    return y
-
-
-def _matmul_dtype(a: str, b: str) -> str:
-    return np.matmul.resolve_dtypes((np.dtype(a), np.dtype(b), None))[-1].name

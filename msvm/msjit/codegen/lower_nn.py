@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from ...kernels import conv_nchwc
+from ...kernels import conv_nchwc, gemm_packed
 from ...ops.conv import conv_padding
 from ...ops.registry import OpDef, TensorType
 from ...shapes import as_dim
 from . import views
 from .buffers import Buffer
 from .emit_layout import Gather
-from .emit_linalg import ConvGeometry, ConvKernel
+from .emit_linalg import ConvGeometry, ConvKernel, Operand
 from .emit_nn import (
     AdaptiveAvgPool2d,
     DirectConv2d,
@@ -37,11 +37,11 @@ from .emit_nn import (
 )
 from .emit_reduce import RowKernel, RowSpec
 from .errors import LoweringError
-from .lower_core import BLAS_MIN_FLOPS, broadcast_batch, cast_to, matmul
+from .lower_core import BLAS_MIN_FLOPS, broadcast_batch, cast_to, fits_pool, matmul, pool_gemm
 from .nodes import Const, Expr, Index, Load, Map
 from .plan import Planner
 from .registry import lowers, refuses
-from .views import Shape, View, same
+from .views import Shape, View, numel, same
 
 DIRECT_MAX_TAPS = 16  # per-output work below which a convolution is evaluated directly
 NATIVE_DTYPES = ("float32", "float64")  # what the native conv kernels compute in
@@ -60,6 +60,63 @@ def _batched(x: Expr) -> tuple[Expr, bool]:
 
 def _unbatch(y: Expr, unbatched: bool) -> Expr:
     return y.relayout(views.squeeze(y.shape, [0])) if unbatched else y
+
+
+# -- linear --------------------------------------------------------------------------------------------
+
+
+@lowers("linear")
+def _linear(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) == 3 else None
+    t = out[0]
+    y = _native_linear(ctx, x, w, bias, t)
+    if y is not None:
+        return y
+    wt = w.relayout(views.permute(w.shape, [1, 0]))
+    shape = (*x.shape[:-1], w.shape[0])
+    prod_dtype = t.dtype if bias is None else _matmul_dtype(x.dtype, w.dtype)
+    y = matmul(ctx, x, wt, prod_dtype, shape)
+    if bias is not None:
+        y = ctx.map("add", [y, bias], t.dtype, _shape(t))
+    return y
+
+
+def _matmul_dtype(a: str, b: str) -> str:
+    return np.matmul.resolve_dtypes((np.dtype(a), np.dtype(b), None))[-1].name
+
+
+def _native_linear(ctx: Planner, x: Expr, w: Expr, bias: Expr | None, t: TensorType) -> Expr | None:
+    """``x @ wᵀ (+ bias)`` by the job pool's GEMM with the constant weight packed now (and a constant [N]
+    bias with it; any other bias is a lazy add). None when the weight is not a constant small enough
+    (``fits_pool``), the dtypes differ or are not native, or the product is small enough to
+    fuse as a contraction."""
+    dtype = t.dtype
+    if dtype not in gemm_packed.DTYPES or x.dtype != dtype or w.dtype != dtype or len(x.shape) < 1:
+        return None
+    weight = ctx.constant_value(w)
+    if weight is None or weight.ndim != 2 or 0 in weight.shape or not fits_pool(as_dim(weight.size), dtype):
+        return None
+    n, k = weight.shape
+    rows = numel(x.shape[:-1])
+    if rows.is_const and rows.value * n * k < BLAS_MIN_FLOPS:
+        return None
+    bias_value = None if bias is None else ctx.constant_value(bias)
+    in_kernel = bias_value is not None and bias_value.shape == (n,) and bias.dtype == dtype
+    packed_w, packed_b = gemm_packed.packed(weight, bias_value if in_kernel else None)
+    x = ctx.ready(x)
+    if not (isinstance(x, Load) and x.view.is_contiguous()):
+        x = ctx.materialize(x)
+    a = Operand(x.buffer, View((rows, as_dim(k)), (as_dim(k), as_dim(1)), x.view.offset), False, as_dim(k))
+    full = (*x.shape[:-1], as_dim(n))
+    dest = ctx.result_buffer(full, dtype)
+    b_buf = _constant_buffer(ctx, packed_b) if in_kernel else None
+    pool_gemm(ctx, a, None, _constant_buffer(ctx, packed_w), b_buf, dest, View.contiguous((rows, as_dim(n))),
+              as_dim(n))
+    y: Expr = Load(dest, View.contiguous(full))
+    if bias is not None and not in_kernel:
+        y = ctx.map("add", [y, bias], dtype, _shape(t))
+    return y
 
 
 # -- convolution ---------------------------------------------------------------------------------------

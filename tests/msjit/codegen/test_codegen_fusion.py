@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from codegen_helpers import assert_close, check, compiled, interpret, rand, region
 
+from msvm.kernels import gemm_packed
 from msvm.msjit.codegen import lower
+from msvm.msjit.codegen.kernels import THREADS
 from msvm.native import host
 
 
@@ -79,7 +81,9 @@ def test_linear_bias_activation_residual_epilogue_in_place():
     m = region(body, [("[64, 96]", "float32"), ("[96, 96]", "float32"), ("[96]", "float32")])
     r = check(m, rand((64, 96)), rand((96, 96)), rand((96,)), mem_optimize=True)
     assert kinds(r) == ["gemm", "elementwise"], r.lowered.kernels
-    assert r.lowered.planned_bytes == 0  # the GEMM writes the output array; the epilogue runs in place
+    # The GEMM writes the output array and the epilogue runs in place: the arena holds only the pool
+    # GEMM's panel of B per thread.
+    assert r.lowered.planned_bytes == gemm_packed.scratch_bytes(96, "float32") * THREADS
 
 
 def test_mlp_block_matches_w2_shape():
@@ -96,6 +100,7 @@ def test_mlp_block_matches_w2_shape():
 
     r = check(region(body, [("[48, 64]", "float32")]), rand((48, 64)), mem_optimize=True)
     assert kinds(r) == ["gemm", "elementwise", "gemm", "row"], r.lowered.kernels
+    assert all("packed" in k for k in r.lowered.kernels if k.startswith("gemm")), r.lowered.kernels
 
 
 def test_conv_bias_relu_residual():

@@ -257,8 +257,8 @@ def test_disassembly_kinds_and_vector_code():
 
 
 def _net(f, x):
-    """A conv (its packed weights: constants made while lowering), a linear (a module constant and the
-    BLAS entry), a constant folded while lowering, in bucket mode (guards, symbolic output shapes)."""
+    """A conv and a linear (their packed weights: constants made while lowering; the linear's weight
+    folded while lowering), in bucket mode (guards, symbolic output shapes)."""
     rng = np.random.default_rng(3)
     weight = f.load_const((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32))
     bias = f.load_const(rng.standard_normal(8).astype(np.float32))
@@ -288,7 +288,7 @@ def test_compile_in_the_worker_process(monkeypatch):
         worker.close()
     assert remote.lowered.launch == local.lowered.launch
     assert remote.lowered.externs == local.lowered.externs
-    assert {k[0] for k in remote.lowered.externs} >= {"const", "gemm", "pool", "conv_nchwc"}
+    assert {k[0] for k in remote.lowered.externs} >= {"const", "gemm_packed", "pool", "conv_nchwc"}
     assert remote.lowered.ir == local.lowered.ir and remote.lowered.kernels == local.lowered.kernels
     for a, b in zip(remote.lowered.constants, local.lowered.constants, strict=True):
         np.testing.assert_array_equal(a, b)
