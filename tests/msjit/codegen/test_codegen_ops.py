@@ -371,6 +371,47 @@ def test_linear_with_and_without_bias(dtype, mode):
     run_modes(mode, body, [((2, 40, 64), dtype), ((48, 64), dtype), ((48,), dtype)], sym={"T": [(0, 1)]})
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_linear_with_a_constant_weight_runs_on_the_job_pool(dtype, mode):
+    """The weight packed while lowering (40 outputs: a partial panel), its constant bias and a ReLU or a
+    residual add in the kernel's epilogue; a bias computed in the region stays a lazy add."""
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((40, 64)) * 0.2).astype(dtype)
+    b = rng.standard_normal(40).astype(dtype)
+
+    def body(f, x, r, c):
+        wc, bc = f.load_const(w), f.load_const(b)
+        return (
+            f.call("relu", [f.call("linear", [x, wc, bc])]),
+            f.call("add", [f.call("linear", [x, wc]), r]),
+            f.call("linear", [x, wc, f.call("neg", [c])]),
+        )
+
+    r = run_modes(mode, body, [((2, 30, 64), dtype), ((2, 30, 40), dtype), ((40,), dtype)],
+                  sym={"T": [(0, 1), (1, 1)]})
+    gemms = [k for k in r.lowered.kernels if k.startswith("gemm")]
+    assert len(gemms) == 3 and all("packed" in k and "(pool)" in k for k in gemms), r.lowered.kernels
+    assert any(k.endswith("(bias,relu)") for k in gemms) and any("(+in1)" in k for k in gemms), gemms
+
+
+def test_attention_gemms_run_on_the_job_pool(mode):
+    """Q·Kᵀ reads K as rows of Bᵀ and P·V reads V as rows of B, both per head (a batch), from slices of one
+    [L, 3·D] tensor; in bucket mode the panel scratch is sized for L's bound."""
+
+    def body(f, qkv):
+        heads = []
+        for i in range(3):
+            part = f.call("slice", [qkv], {"axes": (1,), "starts": (32 * i,), "stops": (32 * (i + 1),)})
+            part = f.call("reshape", [part], {"shape": (-1, 2, 16)})
+            heads.append(f.call("transpose", [part], {"axes": (1, 0, 2)}))
+        return f.call("scaled_dot_product_attention", heads)
+
+    r = run_modes(mode, body, [((37, 96), "float32")], sym={"L": [(0, 0)]})
+    gemms = [k for k in r.lowered.kernels if k.startswith("gemm")]
+    assert len(gemms) == 2 and all("batch 2" in k and "(pool)" in k for k in gemms), r.lowered.kernels
+    assert "Bᵀ" in gemms[0] and " B " in gemms[1]
+
+
 CONVS = [
     ((2, 8, 10, 10), (16, 8, 3, 3), {"padding": (1, 1)}),
     ((1, 6, 9, 9), (6, 1, 3, 3), {"groups": 6, "stride": (2, 2), "padding": (1, 1)}),
