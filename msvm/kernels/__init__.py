@@ -11,16 +11,17 @@ Native code is generated once per process per (variant, dtype, specialisation) w
 run-time arguments (``native.compiled_libraries()`` lists what was compiled). Importing this
 package compiles nothing and does not import llvmlite's binding; the first call of a kernel does.
 
-Threading: the direct kernels (nchwc_direct, depthwise) split their work in chunks over
-``threads.POOL`` (the calling thread plus helpers, GIL released); the BLAS variants use the
-BLAS's own threads. On this shared 2-core machine OpenBLAS's threads collapse when another
-process holds a core (see ``threads``) — the capability database should measure under real load.
+Threading: the direct kernels (nchwc_direct, depthwise) and the ``pool`` GEMMs of linear and
+attention split their work in chunks over ``threads.POOL`` (the calling thread plus helpers, GIL
+released); the BLAS variants use the BLAS's own threads. On this shared 2-core machine OpenBLAS's
+threads collapse when another process holds a core (see ``threads``) — the capability database
+should measure under real load.
 """
 
 from __future__ import annotations
 
 from ..scheduler.variants import Variant, register_variant
-from . import attention, conv_depthwise, conv_gemm, conv_nchwc, conv_winograd, matmul, rows
+from . import attention, conv_depthwise, conv_gemm, conv_nchwc, conv_winograd, gemm_packed, matmul, rows
 from .conv_common import conv_bytes, conv_flops
 from .elementwise import VARIANTS as ELEMENTWISE_VARIANTS  # noqa: F401  (importing registers them)
 
@@ -56,10 +57,12 @@ VARIANTS = (
     Variant("linear", "small", matmul.make_linear_small, dtypes=FLOATS, when=matmul.applies_linear_small,
             constraints=f"rows, out and in features <= {matmul.SMALL_MAX_DIM}", kind="native",
             flops=matmul.linear_flops, bytes=matmul.linear_bytes),
-    Variant("scaled_dot_product_attention", "blas", attention.make, dtypes=FLOATS, when=attention.applies,
-            constraints="q, k, v with the same batch dims; no explicit attn_mask (is_causal is fine); "
-                        "needs BLAS",
-            kind="blas", flops=attention.flops, bytes=attention.nbytes),
+    Variant("linear", "pool", gemm_packed.make_linear, dtypes=FLOATS, when=gemm_packed.applies_linear,
+            constraints="2-D weight, bias absent or 1-D [out]; a constant weight is packed once",
+            kind="native", flops=matmul.linear_flops, bytes=matmul.linear_bytes),
+    Variant("scaled_dot_product_attention", "pool", attention.make, dtypes=FLOATS, when=attention.applies,
+            constraints="q, k, v with the same batch dims; no explicit attn_mask (is_causal is fine)",
+            kind="native", flops=attention.flops, bytes=attention.nbytes),
     *rows.VARIANTS,
 )
 

@@ -1,13 +1,15 @@
-"""``scaled_dot_product_attention`` through BLAS: two batched GEMMs around an in-place row softmax.
+"""``scaled_dot_product_attention`` on the job pool: two batched GEMMs around an in-place row softmax.
 
 Why: the reference spends most of its time outside arithmetic — numpy's stacked matmul on a
 contiguous copy of k^T, a scaled copy of the scores, and five temporaries for the safe softmax
 (≈ 1.5 ms for 4 heads × 128² × 64 here, where the two GEMMs are worth ≈ 0.1 ms). This kernel reads
-k^T through the GEMM's transpose flag (no copy), folds the scale into q (L·E multiplies instead of
-L·S), and runs the softmax in place on the one scores buffer with the native row kernel of ``rows``
-(numpy's max, exp, sum and divide along the rows cost ≈ 110 µs for 4 × 128²; the row kernel ≈ 25).
-Explicit masks go to the reference; ``is_causal`` adds a cached −inf upper triangle (one pass;
-boolean indexing costs 20× more).
+k where it lies (the pool GEMM packs its rows as Bᵀ panels), folds the scale into q (L·E multiplies
+instead of L·S), and runs the softmax in place on the one scores buffer with the native row kernel
+of ``rows`` (numpy's max, exp, sum and divide along the rows cost ≈ 110 µs for 4 × 128²; the row
+kernel ≈ 25). The GEMMs run on the job pool, not OpenBLAS, whose threads spin after each call and
+would take the second core from the pool's kernels around it (``gemm_packed``). Explicit masks go to
+the reference; ``is_causal`` adds a cached −inf upper triangle (one pass; boolean indexing costs 20×
+more).
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..native import blas
 from ..ops.registry import Kernel, get_op
-from .matmul import matmul_blas, matmul_plan
+from . import gemm_packed
 from .native import common_float_name
 from .rows import softmax_rows
 
@@ -36,9 +37,9 @@ def _dims(shapes: Sequence[tuple[int, ...]]) -> tuple[int, int, int, int, int] |
 
 
 def applies(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> bool:
-    """q, k, v with the same batch dims, none empty, when a BLAS was found (an explicit mask passed at
-    run time goes to the reference)."""
-    return _dims(shapes) is not None and bool(blas.discover())
+    """q, k, v with the same batch dims, none empty (an explicit mask passed at run time goes to the
+    reference)."""
+    return _dims(shapes) is not None
 
 
 def flops(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> float:
@@ -59,20 +60,18 @@ def nbytes(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> float
 
 
 def make(attrs: Mapping[str, Any]) -> Kernel:
-    """The ``blas`` kernel: ``kernel(q, k, v, attn_mask=None)`` like the reference."""
+    """The ``pool`` kernel: ``kernel(q, k, v, attn_mask=None)`` like the reference."""
     reference = get_op("scaled_dot_product_attention").kernel
     is_causal, scale = bool(attrs.get("is_causal", False)), attrs.get("scale")
     causal_masks: dict[tuple, np.ndarray] = {}  # (L, S, dtype) -> additive mask, a few per call site
 
     def kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray,
                attn_mask: np.ndarray | None = None) -> np.ndarray:
-        name = common_float_name(q, k, v)
-        entry = blas.best_gemm(name) if name else None
-        if entry is None or attn_mask is not None or _dims((q.shape, k.shape, v.shape)) is None:
+        shapes = (q.shape, k.shape, v.shape)
+        if common_float_name(q, k, v) is None or attn_mask is not None or _dims(shapes) is None:
             return reference(q, k, v, attn_mask, is_causal=is_causal, scale=scale)
         factor = q.dtype.type(1 / math.sqrt(q.shape[-1]) if scale is None else scale)
-        kt, qs = np.swapaxes(k, -1, -2), q * factor
-        scores = matmul_blas(qs, kt, entry, _plan(qs, kt))
+        scores = gemm_packed.matmul(q * factor, k, b_transposed=True)
         if is_causal:
             key = (*scores.shape[-2:], scores.dtype)
             mask = causal_masks.get(key)
@@ -83,10 +82,6 @@ def make(attrs: Mapping[str, Any]) -> Kernel:
                 mask = causal_masks[key] = np.where(upper, scores.dtype.type(-np.inf), scores.dtype.type(0))
             scores += mask
         softmax_rows(scores, out=scores)  # row 0 keeps key 0 when causal: never a fully masked row
-        return matmul_blas(scores, v, entry, _plan(scores, v))
+        return gemm_packed.matmul(scores, v)
 
     return kernel
-
-
-def _plan(a: np.ndarray, b: np.ndarray) -> Any:
-    return matmul_plan(a.shape, a.strides, b.shape, b.strides, a.itemsize)

@@ -30,7 +30,8 @@ per dtype with every size and stride a run-time value.
 from __future__ import annotations
 
 import functools
-from typing import TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from llvmlite import ir
@@ -56,9 +57,10 @@ from ..native.irhelpers import (
     transpose,
     vec,
 )
+from ..ops.registry import Kernel, get_op
 from .conv_common import FLAG_BIAS, FLAG_RELU, FLAG_RELU_OUT, FLAG_RESIDUAL, NO_EPILOGUE, Epilogue, flag
 from .native import Frame, float_name, native_library, ptr
-from .packing import cached_pack
+from .packing import cached_pack, is_constant
 from .threads import POOL
 
 ROWS = 6  # rows of a register tile
@@ -102,7 +104,8 @@ def _build_ir(dtype: str) -> str:
 
     panels = b.sdiv(b.add(n_n, i64(width - 1)), i64(width))
     blocks = b.sdiv(b.add(m_n, i64(BLOCK - 1)), i64(BLOCK))
-    splits = min_i64(b, panels, b.sdiv(b.add(i64(ITEMS), b.sub(blocks, i64(1))), max_i64(b, blocks, i64(1))))
+    matrices_blocks = max_i64(b, b.mul(a["BATCH"], blocks), i64(1))  # panels are split only for ITEMS
+    splits = min_i64(b, panels, b.sdiv(b.add(i64(ITEMS), b.sub(matrices_blocks, i64(1))), matrices_blocks))
     splits = max_i64(b, splits, i64(1))
     per_split = b.sdiv(b.add(panels, b.sub(splits, i64(1))), splits)
     per_matrix = b.mul(blocks, splits)
@@ -285,3 +288,62 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, *, pack: 
                        slot_bytes=slot)
     POOL.run(job_address(name), frame, flops=2.0 * m * n * k)
     return out
+
+
+
+def _matrices(arr: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """(arr as [matrices, rows, cols] with unit-stride rows — a view when its strides allow, else a
+    copy —, element stride between matrices, row stride)."""
+    rows, cols = arr.shape[-2:]
+    three = arr.reshape(-1, rows, cols)
+    item = arr.itemsize
+    if not (three.strides[2] == item or cols == 1) or any(st % item for st in three.strides):
+        three = np.ascontiguousarray(three)
+    return three, three.strides[0] // item, (three.strides[1] // item if rows > 1 else cols)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, *, b_transposed: bool = False) -> np.ndarray:
+    """``a @ B`` by the job: B is ``b`` ([..., K, N]) or, when ``b_transposed``, ``b``'s transpose (``b``
+    [..., N, K]: attention's keys, read as they lie). Both of one float dtype, at least 2-D, with the
+    same batch dims (or ``b`` one matrix)."""
+    a3, sa, lda = _matrices(a)
+    b3, sb, ldb = _matrices(b)
+    batch, m, k = a3.shape
+    n = b3.shape[1] if b_transposed else b3.shape[2]
+    out = np.empty((*a.shape[:-2], m, n), a.dtype)
+    if out.size == 0 or k == 0:
+        out[...] = 0
+        return out
+    name = float_name(a.dtype)
+    slot = scratch_bytes(k, name)
+    scratch = np.empty(slot * POOL.threads, np.uint8)
+    frame = FRAME.pack(x=ptr(a3), w=ptr(b3), out=ptr(out), scratch=ptr(scratch), M=m, N=n, K=k, LDX=lda,
+                       LDO=n, BMODE=NK if b_transposed else KN, LDW=ldb, BATCH=batch, SX=sa,
+                       SW=sb if b3.shape[0] > 1 else 0, SO=m * n, slot_bytes=slot)
+    POOL.run(job_address(name), frame, flops=2.0 * batch * m * n * k)
+    return out
+
+
+def applies_linear(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> bool:
+    """x with its features last, a 2-D weight, a bias absent or 1-D [out]."""
+    del attrs
+    x, w = shapes[0], shapes[1]
+    if len(w) != 2 or len(x) < 1 or x[-1] != w[1]:
+        return False
+    return len(shapes) < 3 or tuple(shapes[2]) == (w[0],)
+
+
+def make_linear(attrs: Mapping[str, Any]) -> Kernel:
+    """``linear``'s ``pool`` kernel: ``kernel(x, w, b=None)`` like the reference; a constant weight is
+    packed once, any other is packed a panel at a time."""
+    fallback = get_op("linear").kernel
+
+    def kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        shapes = (x.shape, w.shape) if b is None else (x.shape, w.shape, b.shape)
+        name = float_name(x.dtype)
+        if name is None or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype) \
+                or not applies_linear(shapes, {}):
+            return fallback(x, w) if b is None else fallback(x, w, b)
+        return linear(np.ascontiguousarray(x), w, b, pack=is_constant(w) and is_constant(b))
+
+    return kernel

@@ -1,4 +1,4 @@
-"""scaled_dot_product_attention's blas variant against the reference: heads, causal, scale, masks, views."""
+"""scaled_dot_product_attention's pool variant against the reference: heads, causal, scale, masks, views."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from msvm.ops.registry import get_op
 from msvm.scheduler.variants import variants_for
 
 SDPA = get_op("scaled_dot_product_attention")
-(BLAS,) = [v for v in variants_for("scaled_dot_product_attention") if v.name == "blas"]
+(POOL,) = [v for v in variants_for("scaled_dot_product_attention") if v.name == "pool"]
 RNG = np.random.default_rng(5)
 
 # (q, k, v) shapes: one head, heads, batch × heads, L ≠ S, Ev ≠ E, a single query, odd sizes
@@ -36,15 +36,15 @@ ATTRS = [{}, {"is_causal": True}, {"scale": 0.3}, {"is_causal": True, "scale": 2
 @pytest.mark.parametrize("attrs", ATTRS, ids=str)
 @pytest.mark.parametrize("shapes", CASES, ids=str)
 def test_agrees_with_the_reference(shapes, attrs, dtype: str) -> None:
-    assert BLAS.when(shapes, attrs)
+    assert POOL.when(shapes, attrs)
     q, k, v = _qkv(shapes, dtype)
     full = {"is_causal": False, "scale": None, **attrs}
-    _close(BLAS.make(full)(q, k, v), SDPA.kernel(q, k, v, **full))
+    _close(POOL.make(full)(q, k, v), SDPA.kernel(q, k, v, **full))
 
 
 def test_views_and_repeated_shapes() -> None:
     q, k, v = _qkv(((3, 16, 8), (3, 16, 8), (3, 16, 8)), "float32")
-    kernel = BLAS.make({"is_causal": True, "scale": None})
+    kernel = POOL.make({"is_causal": True, "scale": None})
     for _ in range(2):  # the cached causal mask serves the second call
         _close(kernel(q, k, v), SDPA.kernel(q, k, v, is_causal=True))
     qt, kt, vt = (np.swapaxes(a.reshape(16, 3, 8), 0, 1) for a in (q, k, v))  # non-contiguous heads
@@ -53,11 +53,11 @@ def test_views_and_repeated_shapes() -> None:
 
 def test_what_it_does_not_cover_goes_to_the_reference() -> None:
     q, k, v = _qkv(((2, 4, 8), (2, 6, 8), (2, 6, 8)), "float32")
-    kernel = BLAS.make({"is_causal": False, "scale": None})
+    kernel = POOL.make({"is_causal": False, "scale": None})
     mask = RNG.random((4, 6)) > 0.3
     _close(kernel(q, k, v, mask), SDPA.kernel(q, k, v, mask))  # an explicit mask
-    assert not BLAS.when(((1, 4, 8), (2, 6, 8), (2, 6, 8)), {})  # broadcast batch dims
-    assert not BLAS.when(((2, 0, 8), (2, 6, 8), (2, 6, 8)), {})  # nothing to attend from
+    assert not POOL.when(((1, 4, 8), (2, 6, 8), (2, 6, 8)), {})  # broadcast batch dims
+    assert not POOL.when(((2, 0, 8), (2, 6, 8), (2, 6, 8)), {})  # nothing to attend from
     e = np.zeros((2, 0, 8), np.float32)
     _close(kernel(e, k, v), SDPA.kernel(e, k, v))
     qi = q.astype(np.float64)  # mixed dtypes

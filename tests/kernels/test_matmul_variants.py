@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import msvm.kernels  # noqa: F401  (registers the variants)
-from msvm.kernels import matmul
+from msvm.kernels import matmul, packing
 from msvm.ops.registry import get_op
 from msvm.scheduler.variants import variants_for
 
@@ -57,7 +57,7 @@ def test_matmul_mixed_dtypes_fall_back() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("name", ["blas", "small"])
+@pytest.mark.parametrize("name", ["blas", "small", "pool"])
 @pytest.mark.parametrize("shapes", LINEAR_CASES, ids=str)
 def test_linear(name: str, shapes, dtype: str) -> None:
     sx, sw, sb = shapes
@@ -67,10 +67,23 @@ def test_linear(name: str, shapes, dtype: str) -> None:
     _close(LIN[name].make({})(x, w, b), ref)
 
 
-def test_linear_with_a_transposed_weight_view() -> None:
+@pytest.mark.parametrize("name", ["blas", "pool"])
+def test_linear_with_a_transposed_weight_view(name: str) -> None:
     x = RNG.standard_normal((3, 4)).astype(np.float32)
     w = RNG.standard_normal((4, 5)).astype(np.float32).T  # [out, in] view of a column-major array
-    _close(LIN["blas"].make({})(x, w), x @ w.T)
+    _close(LIN[name].make({})(x, w), x @ w.T)
+
+
+def test_linear_pool_packs_a_constant_weight_once() -> None:
+    x = RNG.standard_normal((40, 24)).astype(np.float32)
+    w, b = RNG.standard_normal((20, 24)).astype(np.float32), RNG.standard_normal(20).astype(np.float32)
+    w.flags.writeable = b.flags.writeable = False
+    packing.clear()
+    kernel = LIN["pool"].make({})
+    for _ in range(2):
+        _close(kernel(x, w, b), x @ w.T + b)
+    assert packing.stats()["entries"] == 1
+    _close(kernel(x.astype(np.float64), w), LINEAR.kernel(x.astype(np.float64), w))  # mixed dtypes: reference
 
 
 def test_predicates() -> None:
@@ -81,6 +94,8 @@ def test_predicates() -> None:
     assert not MM["small"].when(((64, 64), (64, 8)), {})
     assert LIN["small"].when(((4, 8), (16, 8), (16,)), {}) and not LIN["small"].when(((128, 8), (16, 8)), {})
     assert not LIN["blas"].when(((4, 8), (16, 8), (2, 16)), {})
+    assert LIN["pool"].when(((2, 4, 8), (16, 8), (16,)), {})
+    assert not LIN["pool"].when(((4, 8), (16, 8), (2, 16)), {})
     assert MM["blas"].flops(((2, 3, 4), (4, 5)), {}) == 2 * 2 * 3 * 4 * 5
     assert LIN["blas"].flops(((2, 3, 4), (5, 4)), {}) == 2 * 6 * 5 * 4
     assert matmul.SMALL_MAX_DIM >= 8
