@@ -179,6 +179,28 @@ def test_packed_weights_are_cached_only_for_constants() -> None:
     assert not packing.is_constant(ro_view)  # read-only view of writeable memory
 
 
+def test_the_packing_cache_never_keeps_a_dropped_weight_alive() -> None:
+    import gc
+    import weakref
+
+    packing.clear()
+    x, weight, b, attrs = _inputs(CASES[4], "float32")
+    weight.setflags(write=False)
+    b.setflags(write=False)
+    kernel = VARIANTS["nchwc_direct"].make(attrs)
+    expect = kernel(x, weight, b)
+    assert packing.stats()["entries"] == 1
+    gone = weakref.ref(weight)
+    del weight
+    gc.collect()
+    assert gone() is None and packing.stats() == {"entries": 0, "bytes": 0}  # the entry went with it
+    _, w2, b2, _ = _inputs(CASES[4], "float32", seed=1)  # may reuse the old identity: packed anew
+    w2.setflags(write=False)
+    b2.setflags(write=False)
+    _check(kernel(x, w2, b2), CONV.kernel(x, w2, b2, **attrs), "float32")
+    assert not np.array_equal(kernel(x, w2, b2), expect)
+
+
 def test_kernels_are_reentrant_across_threads() -> None:
     cases = [CASES[1], CASES[4], CASES[11], CASES[5]]
     inputs = [_inputs(case, "float32", seed=i) for i, case in enumerate(cases)]
