@@ -93,3 +93,35 @@ def test_dynamic_slice_bounds(a, b, lo, hi, seed):
     m, r = dynamic_slices()
     x = rand((a, b), "float64", rng=np.random.default_rng(seed))
     assert_close(r.fn(x, lo, hi), interpret(m, x, lo, hi))
+
+
+
+@functools.cache
+def pool_gemms():
+    """GEMMs on the job pool, generic in their rows: a constant weight (40 outputs: two panels and a
+    partial one) with its bias, ReLU and a residual in the epilogue; and, every size a symbol, a
+    product of two inputs reading B as rows of Bᵀ, per matrix of a batch."""
+    rng = np.random.default_rng(11)
+    weight = rng.standard_normal((40, 24)).astype(np.float32)
+    bias = rng.standard_normal(40).astype(np.float32)
+
+    def body(f, x, r, a, b):
+        y = f.call("linear", [x, f.load_const(weight), f.load_const(bias)])
+        bt = f.call("transpose", [b], {"axes": (0, 2, 1)})
+        return f.call("relu", [f.call("add", [y, r])]), f.call("matmul", [a, bt])
+
+    m = region(body, [("[M, 24]", "float32"), ("[M, 40]", "float32"), ("[B, P, Q]", "float32"),
+                      ("[B, N, Q]", "float32")])
+    return m, compiled(m, bounds={"M": 8 * BOUND, "B": 3, "P": 2 * BOUND, "Q": 2 * BOUND, "N": 3 * BOUND})
+
+
+@SETTINGS
+@given(st.integers(0, 8 * BOUND), st.integers(1, 3), st.integers(1, 2 * BOUND), st.integers(0, 2 * BOUND),
+       st.integers(1, 3 * BOUND), st.integers(0, 2**31))
+def test_pool_gemms_random_shapes(m_rows, batch, p, q, n, seed):
+    m, r = pool_gemms()
+    assert all("(pool)" in k for k in r.lowered.kernels if k.startswith("gemm")), r.lowered.kernels
+    rng = np.random.default_rng(seed)
+    args = [rand((m_rows, 24), rng=rng), rand((m_rows, 40), rng=rng), rand((batch, p, q), rng=rng),
+            rand((batch, n, q), rng=rng)]
+    assert_close(r.fn(*args), interpret(m, *args))
