@@ -265,7 +265,7 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, *, pack: 
            epilogue: Epilogue = NO_EPILOGUE, residual: np.ndarray | None = None) -> np.ndarray:
     """``epilogue(x @ weight.T + bias)`` as [..., N] by the job: x C-contiguous, of weight's dtype; the
     weight [N, K] packed once (``pack``) or per panel from its rows (NK); bias 1-D [N] or None; a
-    residual C-contiguous, of the output's shape. (The call compiled regions make, from Python.)"""
+    residual C-contiguous, of the output's shape."""
     name = float_name(x.dtype)
     n, k = weight.shape
     m = x.size // k if k else int(np.prod(x.shape[:-1]))
@@ -288,7 +288,6 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, *, pack: 
                        slot_bytes=slot)
     POOL.run(job_address(name), frame, flops=2.0 * m * n * k)
     return out
-
 
 
 def _matrices(arr: np.ndarray) -> tuple[np.ndarray, int, int]:

@@ -3,6 +3,8 @@
 Each function turns one OP_CALL into expressions over its inputs' expressions (``nodes``), adding
 kernels through the planner only where the op needs memory: reductions, GEMMs, concat, and softmax
 over an axis that is not the last. Everything else stays lazy and fuses into whatever consumes it.
+A GEMM runs on the job pool (``PoolGemm``) when its B is small enough, else through BLAS; a small one
+is a fused contraction.
 """
 
 from __future__ import annotations

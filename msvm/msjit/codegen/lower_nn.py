@@ -1,7 +1,9 @@
 """Lowering of the nn ops (torch.nn.functional semantics, NCHW) onto expressions and kernels.
 
-Convolutions with constant weights call the interpreter's own native direct kernels
-(``NativeConv``: NCHWc-blocked, or depthwise), the weights packed at lowering time and the bias
+A linear layer with a constant weight of at most ``POOL_GEMM_MAX_BYTES`` is a ``PoolGemm`` with the
+weight packed into panels at lowering time and a constant bias applied in the kernel; any other is a
+matmul by the transposed weight. Convolutions with constant weights call the interpreter's own native
+direct kernels (``NativeConv``: NCHWc-blocked, or depthwise), the weights packed at lowering time and the bias
 applied in the kernel; the plan later hands them the ReLU / residual epilogue that reads their
 output. Others (weights computed in the region, other dtypes) become im2col + BLAS GEMM per image
 (``ConvKernel``) when the GEMM is worth it, and a direct per-element loop (``DirectConv2d``,
