@@ -279,10 +279,10 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, *, pack: 
         w_p = np.ascontiguousarray(weight)
         b_p = None if bias is None else np.concatenate([bias, np.zeros(width_of(name), bias.dtype)])
         mode, ldw = NK, k
-    slot = scratch_bytes(k, name)
+    slot = 0 if pack else scratch_bytes(k, name)  # packed panels need no scratch
     scratch = np.empty(slot * POOL.threads, np.uint8)
-    frame = FRAME.pack(x=ptr(x) if x.size else None, w=ptr(w_p) if w_p.size else None,
-                       bias=None if b_p is None else ptr(b_p), out=ptr(out), scratch=ptr(scratch),
+    frame = FRAME.pack(x=ptr(x) if x.size else None, w=ptr(w_p) if w_p.size else None, out=ptr(out),
+                       bias=None if b_p is None else ptr(b_p), scratch=ptr(scratch) if slot else None,
                        residual=None if residual is None else ptr(residual), M=m, N=n, K=k, LDX=k, LDO=n,
                        LDR=n, BMODE=mode, LDW=ldw, BATCH=1, flags=epilogue.flags(bias is not None),
                        slot_bytes=slot)
