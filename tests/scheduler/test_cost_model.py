@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from scheduler_helpers import Counting
 
 import msvm.kernels  # noqa: F401  (registers the variants)
 from msvm.native import blas
-from msvm.scheduler import cost
+from msvm.ops.registry import get_op
+from msvm.scheduler import autotune, cost
 from msvm.scheduler.capability import DB, Rates
 from msvm.scheduler.variants import VARIANTS, variants_for
 
@@ -93,6 +95,27 @@ def test_gemm_curve_is_measured_once_and_a_patch_overrides_it():
     load_capability_patch({"devices": {"cpu": {"gemm_half": {"m": 0, "n": 0, "k": 0}}}})
     assert cost.gemm_efficiency("cpu", "matmul", "blas", ((4, 4), (4, 4)), {}, 128.0) == 1.0
     assert cost.gemm_efficiency("cpu", "matmul", "native", ((4, 4), (4, 4)), {}, 128.0) == 1.0
+
+
+def test_calibration_times_pool_variants_before_anything_that_may_call_openblas(fake_variants, monkeypatch):
+    """OpenBLAS's threads spin after a call and would take the core from a pool kernel timed next."""
+    order = []
+    ref = get_op("linear").kernel
+    kinds_of = {"b1": "blas", "n1": "native", "np1": "numpy", "n2": "native"}
+    fakes = [Counting("linear", name, ref, kind=kind, when=lambda shapes, attrs: len(shapes[1]) == 2)
+             for name, kind in kinds_of.items()]
+    fake_variants("linear", fakes)
+    monkeypatch.setattr(autotune, "time_kernel", lambda run, **kw: order.append(run) or 1e-3)
+    fitted = cost.calibrate("cpu", "linear")
+    assert set(fitted) == {*kinds_of, "reference"}
+    kinds = []
+    for run in order:  # which kernel each timed run called: the fakes count their calls
+        before = [f.calls for f in fakes]
+        run()
+        hit = [f.name for f, b in zip(fakes, before) if f.calls > b]
+        kinds.append(kinds_of[hit[0]] if hit else "reference")
+    first_other = next(i for i, k in enumerate(kinds) if k != "native")
+    assert set(kinds[:first_other]) == {"native"} and "native" not in kinds[first_other:], kinds
 
 
 def test_calibration_fits_every_applicable_variant_and_records_points():
