@@ -60,7 +60,7 @@ from ..native.irhelpers import (
 from ..ops.registry import Kernel, get_op
 from .conv_common import FLAG_BIAS, FLAG_RELU, FLAG_RELU_OUT, FLAG_RESIDUAL, NO_EPILOGUE, Epilogue, flag
 from .native import Frame, float_name, native_library, ptr
-from .packing import cached_pack, is_constant
+from .packing import MAX_BYTES, cached_pack, is_constant
 from .threads import POOL
 
 ROWS = 6  # rows of a register tile
@@ -70,6 +70,9 @@ ITEMS = 16  # work items a call is split into at least, when its panels allow (b
 DTYPES = tuple(LANES)  # float32, float64
 PACKED, KN, NK = 0, 1, 2  # how B is given (``BMODE``): packed panels, B[k][n] rows, B[n][k] rows
 SLOT_ALIGN = 64
+# A constant weight larger than this is packed a panel at a time, like any other: a few of them would
+# not fit the packing cache together and each call would pack them all again.
+PACK_ONCE_MAX_BYTES = MAX_BYTES // 8
 # As for the conv kernels: the loops are tiled and the vectors written out, so LLVM's unroller and
 # SLP vectoriser would only make the code larger and slower to compile.
 PIPELINE = {"opt_level": 2, "unroll": False, "slp": False}
@@ -334,7 +337,7 @@ def applies_linear(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) 
 
 def make_linear(attrs: Mapping[str, Any]) -> Kernel:
     """``linear``'s ``pool`` kernel: ``kernel(x, w, b=None)`` like the reference; a constant weight is
-    packed once, any other is packed a panel at a time."""
+    packed once (up to ``PACK_ONCE_MAX_BYTES``), any other a panel at a time."""
     fallback = get_op("linear").kernel
 
     def kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
@@ -343,6 +346,7 @@ def make_linear(attrs: Mapping[str, Any]) -> Kernel:
         if name is None or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype) \
                 or not applies_linear(shapes, {}):
             return fallback(x, w) if b is None else fallback(x, w, b)
-        return linear(np.ascontiguousarray(x), w, b, pack=is_constant(w) and is_constant(b))
+        once = is_constant(w) and is_constant(b) and w.nbytes <= PACK_ONCE_MAX_BYTES
+        return linear(np.ascontiguousarray(x), w, b, pack=once)
 
     return kernel

@@ -86,6 +86,18 @@ def test_linear_pool_packs_a_constant_weight_once() -> None:
     _close(kernel(x.astype(np.float64), w), LINEAR.kernel(x.astype(np.float64), w))  # mixed dtypes: reference
 
 
+def test_linear_pool_packs_a_huge_constant_weight_per_panel(monkeypatch) -> None:
+    from msvm.kernels import gemm_packed
+
+    monkeypatch.setattr(gemm_packed, "PACK_ONCE_MAX_BYTES", 0)  # every weight counts as huge
+    x = RNG.standard_normal((40, 24)).astype(np.float32)
+    w = RNG.standard_normal((20, 24)).astype(np.float32)
+    w.flags.writeable = False
+    packing.clear()
+    _close(LIN["pool"].make({})(x, w), x @ w.T)
+    assert packing.stats()["entries"] == 0  # nothing kept that a few such weights would keep evicting
+
+
 def test_predicates() -> None:
     assert MM["blas"].when(((2, 3, 4), (4, 5)), {})
     assert not MM["blas"].when(((2, 3, 4), (5, 5)), {})
