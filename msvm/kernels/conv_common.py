@@ -19,9 +19,13 @@ from llvmlite import ir
 from ..native.irhelpers import (
     FLOAT_TYPES,
     I64,
+    Slot,
+    const,
     for_each_chunk,
     for_range,
     gep,
+    load_vec,
+    vec,
 )
 from ..ops.conv import conv_padding
 from ..ops.registry import Kernel, get_op
@@ -158,6 +162,16 @@ NO_EPILOGUE = Epilogue()
 def flag(b: ir.IRBuilder, flags: ir.Value, bit: int) -> ir.Value:
     """IR: is ``bit`` set in the run-time ``flags``?"""
     return b.icmp_signed("!=", b.and_(flags, ir.Constant(I64, bit)), ir.Constant(I64, 0))
+
+
+def bias_or_zero(b: ir.IRBuilder, has_bias: ir.Value, at: ir.Value, lanes: int = 0) -> ir.Value:
+    """IR: the bias at ``at`` (``lanes`` elements as a vector, or one when 0), or 0 without a bias. The
+    load is guarded, not selected after the fact: without a bias the frame's pointer is null."""
+    typ = vec(at.type.pointee, lanes) if lanes else at.type.pointee
+    value = Slot(b, typ, const(typ, 0.0))
+    with b.if_then(has_bias):
+        value.set(load_vec(b, at, lanes) if lanes else b.load(at))
+    return value.get()
 
 
 def native_operands(geo: ConvGeometry | None, x: np.ndarray, weight: np.ndarray,

@@ -56,6 +56,7 @@ from .conv_common import (
     NO_EPILOGUE,
     ConvGeometry,
     Epilogue,
+    bias_or_zero,
     conv_geometry,
     finish,
     flag,
@@ -163,7 +164,7 @@ def _build_ir(dtype: str, stride_w: int) -> str:
         out_plane = gep(b, a["out"], b.mul(plane, b.mul(oh_n, ow_n)))
         res_plane = gep(b, a["residual"], b.mul(plane, b.mul(oh_n, ow_n)))
         row_step = b.mul(sh, iwp)  # input elements between consecutive output rows
-        bias_v = b.select(has_bias, splat(b, b.load(gep(b, a["bias"], c)), lanes), zero)
+        bias_v = splat(b, bias_or_zero(b, has_bias, gep(b, a["bias"], c)), lanes)
         ow_slot = Slot(b, I64, i64(0), "ow")
 
         def tile(vectors: int, masked: bool) -> None:

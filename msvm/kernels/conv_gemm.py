@@ -33,6 +33,7 @@ from ..native.irhelpers import (
 from ..ops.registry import Kernel
 from .conv_common import (
     ConvGeometry,
+    bias_or_zero,
     conv_geometry,
     finish,
     geometry_for,
@@ -82,7 +83,7 @@ def _build_ir(entry: blas.GemmEntry) -> str:
             has_bias = b.icmp_signed("!=", b.and_(flags, i64(FLAG_BIAS)), i64(0))
             relu = b.icmp_signed("!=", b.and_(flags, i64(FLAG_RELU)), i64(0))
             with for_range(b, 0, oc, name="ep_c") as c:
-                bias_c = b.select(has_bias, b.load(gep(b, a["bias"], c)), zero)
+                bias_c = bias_or_zero(b, has_bias, gep(b, a["bias"], c))
                 row = gep(b, a["out"], b.mul(b.add(b.mul(n, oc), c), ohw))
                 with for_range(b, 0, ohw, name="ep_i") as i:
                     slot = gep(b, row, i)

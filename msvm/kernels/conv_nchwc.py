@@ -62,6 +62,7 @@ from .conv_common import (
     NO_EPILOGUE,
     ConvGeometry,
     Epilogue,
+    bias_or_zero,
     conv_geometry,
     finish,
     flag,
@@ -146,7 +147,6 @@ def _build_ir(dtype: str, stride_w: int, blocked_in: bool, blocked_out: bool) ->
     has_bias = flag(b, flags, FLAG_BIAS)
     relu = flag(b, flags, FLAG_RELU)
     tail = _Tail(b, flag(b, flags, FLAG_RESIDUAL), flag(b, flags, FLAG_RELU_OUT), a["OP"], a["RP"], ol)
-    zero = const(vt, 0.0)
 
     # Work items: (image and group, block of ROWS output rows, group of channel tiles); a small conv's
     # tiles are split over items so that ITEMS of them keep every thread busy.
@@ -182,8 +182,7 @@ def _build_ir(dtype: str, stride_w: int, blocked_in: bool, blocked_out: bool) ->
             valid = min_i64(b, b.sub(ocg, b.mul(t, i64(width))), i64(width))
             full = b.icmp_signed("==", valid, i64(width))
             bias_ptr = gep(b, a["bias"], b.mul(gt, i64(width)))
-            init = [b.select(has_bias, load_vec(b, gep(b, bias_ptr, v * lanes), lanes), zero)
-                    for v in range(VECTORS)]
+            init = [bias_or_zero(b, has_bias, gep(b, bias_ptr, v * lanes), lanes) for v in range(VECTORS)]
             first_channel = b.add(b.mul(n, oc), oc0)
             out_c = gep(b, a["out"], b.mul(first_channel, a["OP"]))
             res_c = gep(b, a["residual"], b.mul(first_channel, a["RP"]))

@@ -26,6 +26,7 @@ from ..native.irhelpers import FLOAT_TYPES, I64, VOID, define, for_range, gep, i
 from ..ops.registry import Kernel
 from .conv_common import (
     ConvGeometry,
+    bias_or_zero,
     conv_geometry,
     finish,
     geometry_for,
@@ -65,7 +66,6 @@ def _build_ir(entry: blas.GemmEntry) -> str:
     all_rows = b.mul(a["N"], th)
     has_bias = b.icmp_signed("!=", b.and_(a["flags"], i64(FLAG_BIAS)), i64(0))
     relu = b.icmp_signed("!=", b.and_(a["flags"], i64(FLAG_RELU)), i64(0))
-    zero = ir.Constant(ft, 0.0)
 
     with for_range(b, 0, all_rows, a["rows_per_chunk"], name="chunk") as row0:
         rows = min_i64(b, a["rows_per_chunk"], b.sub(all_rows, row0))
@@ -94,7 +94,7 @@ def _build_ir(entry: blas.GemmEntry) -> str:
         with for_range(b, 0, oc, name="yo") as o, for_range(b, 0, rows, name="yr") as rr:
             row = b.add(row0, rr)
             n, ty = b.sdiv(row, th), b.srem(row, th)
-            bias_o = b.select(has_bias, b.load(gep(b, a["bias"], o)), zero)
+            bias_o = bias_or_zero(b, has_bias, gep(b, a["bias"], o))
             src = gep(b, a["m"], b.add(b.mul(o, ld), b.mul(rr, tw)))
             y0 = b.mul(ty, i64(2))
             out0 = gep(b, a["out"], b.mul(b.add(b.mul(b.add(b.mul(n, oc), o), oh_n), y0), ow_n))

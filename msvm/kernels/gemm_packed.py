@@ -42,7 +42,6 @@ from ..native.irhelpers import (
     I64,
     LANES,
     Slot,
-    const,
     fma,
     for_each_chunk,
     for_range,
@@ -58,7 +57,16 @@ from ..native.irhelpers import (
     vec,
 )
 from ..ops.registry import Kernel, get_op
-from .conv_common import FLAG_BIAS, FLAG_RELU, FLAG_RELU_OUT, FLAG_RESIDUAL, NO_EPILOGUE, Epilogue, flag
+from .conv_common import (
+    FLAG_BIAS,
+    FLAG_RELU,
+    FLAG_RELU_OUT,
+    FLAG_RESIDUAL,
+    NO_EPILOGUE,
+    Epilogue,
+    bias_or_zero,
+    flag,
+)
 from .native import Frame, float_name, native_library, ptr
 from .packing import MAX_BYTES, cached_pack, is_constant
 from .threads import POOL
@@ -103,7 +111,6 @@ def _build_ir(dtype: str) -> str:
     flags = a["flags"]
     has_bias, relu = flag(b, flags, FLAG_BIAS), flag(b, flags, FLAG_RELU)
     residual, relu_out = flag(b, flags, FLAG_RESIDUAL), flag(b, flags, FLAG_RELU_OUT)
-    zero = const(vt, 0.0)
 
     panels = b.sdiv(b.add(n_n, i64(width - 1)), i64(width))
     blocks = b.sdiv(b.add(m_n, i64(BLOCK - 1)), i64(BLOCK))
@@ -133,8 +140,7 @@ def _build_ir(dtype: str) -> str:
                 _pack_panel(b, mine, w_m, a["BMODE"], a["LDW"], n0, valid, k_n, width)
             w_panel = b.select(packed, gep(b, w_m, b.mul(p, panel_elems)), mine)
             bias_at = gep(b, a["bias"], n0)
-            init = [b.select(has_bias, load_vec(b, gep(b, bias_at, v * lanes), lanes), zero)
-                    for v in range(VECTORS)]
+            init = [bias_or_zero(b, has_bias, gep(b, bias_at, v * lanes), lanes) for v in range(VECTORS)]
             row = Slot(b, I64, m0, "row")
 
             def tile(rows: int) -> None:
