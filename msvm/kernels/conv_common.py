@@ -25,6 +25,7 @@ from ..native.irhelpers import (
     for_range,
     gep,
     load_vec,
+    nan_relu,
     vec,
 )
 from ..ops.conv import conv_padding
@@ -162,6 +163,15 @@ NO_EPILOGUE = Epilogue()
 def flag(b: ir.IRBuilder, flags: ir.Value, bit: int) -> ir.Value:
     """IR: is ``bit`` set in the run-time ``flags``?"""
     return b.icmp_signed("!=", b.and_(flags, ir.Constant(I64, bit)), ir.Constant(I64, 0))
+
+
+def residual_relu(b: ir.IRBuilder, value: ir.Value, residual: ir.Value | None,
+                  relu_out: ir.Value) -> ir.Value:
+    """IR: the end of ``Epilogue`` on one stored value: + ``residual`` (when given), then ReLU when the
+    run-time ``relu_out`` says so (a NaN stays NaN)."""
+    if residual is not None:
+        value = b.fadd(value, residual)
+    return b.select(relu_out, nan_relu(b, value), value)
 
 
 def bias_or_zero(b: ir.IRBuilder, has_bias: ir.Value, at: ir.Value, lanes: int = 0) -> ir.Value:

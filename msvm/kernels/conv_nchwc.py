@@ -70,6 +70,7 @@ from .conv_common import (
     native_operands,
     output_array,
     reference_conv2d,
+    residual_relu,
 )
 from .native import Frame, float_name, native_library, ptr
 from .packing import cached_pack
@@ -294,10 +295,7 @@ class _Tail:
         self.out_plane, self.res_plane, self.ol = out_plane, res_plane, ol
 
     def apply(self, value: ir.Value, res: ir.Value | None) -> ir.Value:
-        b = self.b
-        if res is not None:
-            value = b.fadd(value, res)
-        return b.select(self.relu_out, nan_relu(b, value), value)
+        return residual_relu(self.b, value, res, self.relu_out)
 
     def at(self, channel: ir.Value | int, pixel: int) -> tuple[ir.Value, ir.Value]:
         """Offsets of (channel, pixel) of the tile in the output and in the residual (channel: the first

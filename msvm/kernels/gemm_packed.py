@@ -66,7 +66,9 @@ from .conv_common import (
     Epilogue,
     bias_or_zero,
     flag,
+    residual_relu,
 )
+from .matmul import linear_mnk
 from .native import Frame, float_name, native_library, ptr
 from .packing import MAX_BYTES, cached_pack, is_constant
 from .threads import POOL
@@ -215,28 +217,22 @@ def _store_row(b: ir.IRBuilder, vals: list[ir.Value], out: ir.Value, res: ir.Val
                relu_out: ir.Value, valid: ir.Value) -> None:
     """Write one row of a tile (``valid`` of its ``VECTORS`` · lanes columns exist): + residual, ReLU."""
     lanes = vals[0].type.count
-
-    def finish(value: ir.Value, r: ir.Value | None) -> ir.Value:
-        if r is not None:
-            value = b.fadd(value, r)
-        return b.select(relu_out, nan_relu(b, value), value)
-
     for v, value in enumerate(vals):
         whole = b.icmp_signed(">=", valid, i64((v + 1) * lanes))
         with b.if_else(whole) as (then, other):
             with then, b.if_else(residual) as (add, plain):
                 with add:
                     r = load_vec(b, gep(b, res, v * lanes), lanes)
-                    store_vec(b, finish(value, r), gep(b, out, v * lanes))
+                    store_vec(b, residual_relu(b, value, r, relu_out), gep(b, out, v * lanes))
                 with plain:
-                    store_vec(b, finish(value, None), gep(b, out, v * lanes))
+                    store_vec(b, residual_relu(b, value, None, relu_out), gep(b, out, v * lanes))
             with other, for_range(b, v * lanes, valid, name="tail") as c:  # the last panel's columns
                 scalar = b.extract_element(value, b.sub(c, i64(v * lanes)))
                 with b.if_else(residual) as (add, plain):
                     with add:
-                        b.store(finish(scalar, b.load(gep(b, res, c))), gep(b, out, c))
+                        b.store(residual_relu(b, scalar, b.load(gep(b, res, c)), relu_out), gep(b, out, c))
                     with plain:
-                        b.store(finish(scalar, None), gep(b, out, c))
+                        b.store(residual_relu(b, scalar, None, relu_out), gep(b, out, c))
 
 
 def job_address(dtype: str) -> int:
@@ -288,15 +284,19 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, *, pack: 
         w_p = np.ascontiguousarray(weight)
         b_p = None if bias is None else np.concatenate([bias, np.zeros(width_of(name), bias.dtype)])
         mode, ldw = NK, k
-    slot = 0 if pack else scratch_bytes(k, name)  # packed panels need no scratch
-    scratch = np.empty(slot * POOL.threads, np.uint8)
-    frame = FRAME.pack(x=ptr(x) if x.size else None, w=ptr(w_p) if w_p.size else None, out=ptr(out),
-                       bias=None if b_p is None else ptr(b_p), scratch=ptr(scratch) if slot else None,
-                       residual=None if residual is None else ptr(residual), M=m, N=n, K=k, LDX=k, LDO=n,
-                       LDR=n, BMODE=mode, LDW=ldw, BATCH=1, flags=epilogue.flags(bias is not None),
-                       slot_bytes=slot)
-    POOL.run(job_address(name), frame, flops=2.0 * m * n * k)
+    _run(name, k, 2.0 * m * n * k, per_panel=not pack, x=ptr(x) if x.size else None,
+         w=ptr(w_p) if w_p.size else None, out=ptr(out), bias=None if b_p is None else ptr(b_p),
+         residual=None if residual is None else ptr(residual), M=m, N=n, K=k, LDX=k, LDO=n, LDR=n, BMODE=mode,
+         LDW=ldw, BATCH=1, flags=epilogue.flags(bias is not None))
     return out
+
+
+def _run(dtype: str, k: int, flops: float, *, per_panel: bool, **fields: int | None) -> None:
+    """Run the job on a frame of ``fields``, with a panel of scratch per thread when B is not packed."""
+    slot = scratch_bytes(k, dtype) if per_panel else 0
+    scratch = np.empty(slot * POOL.threads, np.uint8)
+    frame = FRAME.pack(scratch=ptr(scratch) if slot else None, slot_bytes=slot, **fields)
+    POOL.run(job_address(dtype), frame, flops=flops)
 
 
 def _matrices(arr: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -322,23 +322,16 @@ def matmul(a: np.ndarray, b: np.ndarray, *, b_transposed: bool = False) -> np.nd
     if out.size == 0 or k == 0:
         out[...] = 0
         return out
-    name = float_name(a.dtype)
-    slot = scratch_bytes(k, name)
-    scratch = np.empty(slot * POOL.threads, np.uint8)
-    frame = FRAME.pack(x=ptr(a3), w=ptr(b3), out=ptr(out), scratch=ptr(scratch), M=m, N=n, K=k, LDX=lda,
-                       LDO=n, BMODE=NK if b_transposed else KN, LDW=ldb, BATCH=batch, SX=sa,
-                       SW=sb if b3.shape[0] > 1 else 0, SO=m * n, slot_bytes=slot)
-    POOL.run(job_address(name), frame, flops=2.0 * batch * m * n * k)
+    _run(float_name(a.dtype), k, 2.0 * batch * m * n * k, per_panel=True, x=ptr(a3), w=ptr(b3), out=ptr(out),
+         M=m, N=n, K=k, LDX=lda, LDO=n, BMODE=NK if b_transposed else KN, LDW=ldb, BATCH=batch, SX=sa,
+         SW=sb if b3.shape[0] > 1 else 0, SO=m * n)
     return out
 
 
 def applies_linear(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> bool:
     """x with its features last, a 2-D weight, a bias absent or 1-D [out]."""
     del attrs
-    x, w = shapes[0], shapes[1]
-    if len(w) != 2 or len(x) < 1 or x[-1] != w[1]:
-        return False
-    return len(shapes) < 3 or tuple(shapes[2]) == (w[0],)
+    return linear_mnk(shapes) is not None and (len(shapes) < 3 or tuple(shapes[2]) == (shapes[1][0],))
 
 
 def make_linear(attrs: Mapping[str, Any]) -> Kernel:

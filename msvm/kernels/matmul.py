@@ -346,7 +346,8 @@ def _mnk(shapes: Sequence[tuple[int, ...]]) -> tuple[int, int, int, int] | None:
     return math.prod(batch), m, n, k
 
 
-def _linear_mnk(shapes: Sequence[tuple[int, ...]]) -> tuple[int, int, int] | None:
+def linear_mnk(shapes: Sequence[tuple[int, ...]]) -> tuple[int, int, int] | None:
+    """(rows, out, in features) of linear on ``shapes``, None when they do not agree (a bias of <= 1 dim)."""
     x, w = shapes[0], shapes[1]
     if not x or len(w) != 2 or x[-1] != w[1] or (len(shapes) > 2 and len(shapes[2]) > 1):
         return None
@@ -368,12 +369,12 @@ def matmul_bytes(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) ->
 
 
 def linear_flops(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> float:
-    dims = _linear_mnk(shapes)
+    dims = linear_mnk(shapes)
     return 2.0 * math.prod(dims) if dims else 0.0
 
 
 def linear_bytes(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> float:
-    dims = _linear_mnk(shapes)
+    dims = linear_mnk(shapes)
     if not dims:
         return 0.0
     m, n, k = dims
@@ -393,12 +394,12 @@ def applies_matmul_small(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, 
 
 def applies_linear_blas(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> bool:
     """Any linear with a 2-D weight and a bias of ≤ 1 dim, when a BLAS was found."""
-    return _linear_mnk(shapes) is not None and bool(blas.discover())
+    return linear_mnk(shapes) is not None and bool(blas.discover())
 
 
 def applies_linear_small(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> bool:
     """Rows (all leading dims of x), out and in features all ≤ SMALL_MAX_DIM."""
-    dims = _linear_mnk(shapes)
+    dims = linear_mnk(shapes)
     return dims is not None and max(dims) <= SMALL_MAX_DIM
 
 
@@ -438,7 +439,7 @@ def make_linear_blas(attrs: Mapping[str, Any]) -> Kernel:
         name = common_float_name(x, w, b)
         entry = blas.best_gemm(name) if name else None
         shapes = (x.shape, w.shape) if b is None else (x.shape, w.shape, b.shape)
-        if entry is None or _linear_mnk(shapes) is None:
+        if entry is None or linear_mnk(shapes) is None:
             return fallback(x, w) if b is None else fallback(x, w, b)
         return linear_blas(x, w, b, entry)
 
@@ -451,7 +452,7 @@ def make_linear_small(attrs: Mapping[str, Any]) -> Kernel:
 
     def kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         shapes = (x.shape, w.shape) if b is None else (x.shape, w.shape, b.shape)
-        if common_float_name(x, w, b) is None or _linear_mnk(shapes) is None:
+        if common_float_name(x, w, b) is None or linear_mnk(shapes) is None:
             return fallback(x, w) if b is None else fallback(x, w, b)
         rows = math.prod(x.shape[:-1])  # not -1: a reshape cannot infer it when K is 0
         y = matmul_small(x.reshape(rows, w.shape[1]), w.T).reshape(*x.shape[:-1], w.shape[0])
