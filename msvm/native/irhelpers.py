@@ -11,7 +11,7 @@ Importing this module imports ``llvmlite.ir`` (not the binding): only code gener
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -129,6 +129,15 @@ def splat(builder: ir.IRBuilder, scalar: ir.Value, width: int) -> ir.Value:
     return builder.shuffle_vector(one, ir.Constant(vt, ir.Undefined), mask)
 
 
+def gather(builder: ir.IRBuilder, scalars: Sequence[ir.Value]) -> ir.Value:
+    """A vector of ``scalars`` in lane order (the SLP vectoriser turns isomorphic scalar chains feeding
+    it into vector code)."""
+    value = ir.Constant(vec(scalars[0].type, len(scalars)), ir.Undefined)
+    for lane, scalar in enumerate(scalars):
+        value = builder.insert_element(value, scalar, i64(lane))
+    return value
+
+
 def gep(builder: ir.IRBuilder, ptr: ir.Value, index: ir.Value | int) -> ir.Value:
     """``ptr + index`` elements (in bounds)."""
     if isinstance(index, int):
@@ -227,13 +236,15 @@ def for_each_chunk(builder: ir.IRBuilder, counter: ir.Value, total: ir.Value, ch
     builder.position_at_end(done)
 
 
-def stream_copy(builder: ir.IRBuilder, dst: ir.Value, src: ir.Value, count: ir.Value) -> None:
-    """``dst[:count] = src[:count]`` (element pointers, float or double) with non-temporal stores.
+def stream_store(builder: ir.IRBuilder, dst: ir.Value, count: ir.Value,
+                 value_at: Callable[[ir.Value, int], ir.Value]) -> None:
+    """``dst[i] = value_at(i, 1)`` for ``i < count`` (``dst`` an element pointer, float or double), the
+    32-byte aligned middle as ``value_at(i, lanes)`` vectors with non-temporal stores.
 
     Why: a store to a line that is not cached first reads it from memory; non-temporal stores skip
     that read (a third of the traffic of a large elementwise result) and do not evict useful lines.
     They need 32-byte alignment, so the first elements up to that boundary and the last ones are
-    copied plainly. They are weakly ordered: the caller issues a fence before the data is published.
+    stored plainly. They are weakly ordered: the caller issues a fence before the data is published.
     """
     elem = dst.type.pointee
     size = _size(elem)
@@ -242,14 +253,20 @@ def stream_copy(builder: ir.IRBuilder, dst: ir.Value, src: ir.Value, count: ir.V
     head = min_i64(builder, builder.udiv(misaligned, i64(size)), count)
     end = builder.add(head, builder.mul(builder.udiv(builder.sub(count, head), i64(width)), i64(width)))
     with for_range(builder, 0, head, name="sh") as i:
-        builder.store(builder.load(gep(builder, src, i)), gep(builder, dst, i))
+        builder.store(value_at(i, 1), gep(builder, dst, i))
     nontemporal = builder.module.add_metadata([ir.Constant(I32, 1)])
     with for_range(builder, head, end, width, name="sv") as i:
-        value = load_vec(builder, gep(builder, src, i), width)
+        value = value_at(i, width)
         store = builder.store(value, builder.bitcast(gep(builder, dst, i), value.type.as_pointer()), align=32)
         store.set_metadata("nontemporal", nontemporal)
     with for_range(builder, end, count, name="st") as i:
-        builder.store(builder.load(gep(builder, src, i)), gep(builder, dst, i))
+        builder.store(value_at(i, 1), gep(builder, dst, i))
+
+
+def stream_copy(builder: ir.IRBuilder, dst: ir.Value, src: ir.Value, count: ir.Value) -> None:
+    """``dst[:count] = src[:count]`` through ``stream_store``."""
+    stream_store(builder, dst, count, lambda i, lanes: builder.load(gep(builder, src, i)) if lanes == 1
+                 else load_vec(builder, gep(builder, src, i), lanes))
 
 
 def transpose(builder: ir.IRBuilder, rows: Sequence[ir.Value]) -> list[ir.Value]:

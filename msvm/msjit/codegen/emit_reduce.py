@@ -13,8 +13,10 @@ arithmetic (or softmax needs its exponentials twice) the first sweep parks it in
 scratch that stays in L1, so ``layer_norm(gelu(x*a+b)+x)`` reads ``x`` once and writes the
 result once. ``RowResult`` is the kernel's value as an expression: consumers that use it
 elementwise at the same index become the final sweep's epilogue instead of another pass. A large
-result the region returns is written with non-temporal stores (``streams``): the final sweep
-finishes the row in its scratch, then streams it out without first reading the lines it overwrites.
+result the region returns is written with non-temporal stores (``streams``), which do not first
+read the lines they overwrite: the final sweep of a one-dim row computes it a vector at a time and
+stores each as it goes (so the stores overlap the arithmetic: W5 1.66 against 2.5–2.8 ms, finishing
+the row in scratch and streaming it out after); a wider row is finished in scratch, then streamed.
 
 A row kernel with nothing fused — a layer_norm or (scaled) softmax of a tensor in memory, written
 to memory as it is, as in a transformer layer — calls ``msvm.kernels.rows``' job instead: the same
@@ -29,7 +31,7 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ...kernels import rows as native_rows
-from ...native.irhelpers import Slot, max_i64, stream_copy
+from ...native.irhelpers import Slot, gather, max_i64, stream_copy, stream_store
 from ...shapes import Dim
 from . import dtypes
 from .buffers import Buffer
@@ -342,13 +344,18 @@ class RowKernel(Kernel):
             self.row.per_thread = True
 
     def streams(self) -> bool:
-        """Stream rows out through the scratch (not when the result is also read here: in place)."""
+        """Stream rows out (not when the result is also read here: in place)."""
         out = self.out.resolve()
         return (
             self.row is not None
             and streams(self.spec, out, self.view)
             and all(b.resolve() is not out for b in self.reads())
         )
+
+    def packs_lanes(self) -> bool:
+        """A one-dim row streamed out is computed a vector at a time (the aligned stores need whole
+        vectors; the final sweep stores them as it computes them, no copy pass after it)."""
+        return self.streams() and self.spec.row_rank == 1
 
     def reads(self) -> list[Buffer]:
         return expr_buffers(self.spec.src, self.spec.weight, self.spec.bias, self.final)
@@ -485,17 +492,27 @@ class RowKernel(Kernel):
                         y = b.fdiv(parked(idx), s)
                         return b.select(positive, y, constant(dt, 0.0)) if spec.kind == "safe_softmax" else y
 
-            def last(idx: list[ir.Value]) -> None:
+            def result(idx: list[ir.Value]) -> ir.Value:
                 fb.remember((id(spec.result), *map(id, idx)), value(idx), (spec.result, idx))
-                out = cast(b, self.final.value(fb, idx), self.final.dtype, self.out.dtype)
-                if stream:
-                    stash(idx, out)  # over the parked value just read
-                else:
-                    fb.store(self.out, self.view, idx, out)
+                return cast(b, self.final.value(fb, idx), self.final.dtype, self.out.dtype)
 
+            def lanes(i: ir.Value, count: int) -> ir.Value:
+                """``count`` consecutive results of a one-dim row from ``i``, as a vector if more than one."""
+                values = [result([*o, b.add(i, ir.Constant(I64, k)) if k else i]) for k in range(count)]
+                return values[0] if count == 1 else gather(b, values)
+
+            def last(idx: list[ir.Value]) -> None:
+                if stream:
+                    stash(idx, result(idx))  # over the parked value just read
+                else:
+                    fb.store(self.out, self.view, idx, result(idx))
+
+            start = [*o, *(ir.Constant(I64, 0) for _ in rows)]
+            if self.packs_lanes():
+                stream_store(b, fb.address(self.out, self.view, start), fb.dim(n), lanes)
+                return
             sweep(last)
             if stream:
-                start = [*o, *(ir.Constant(I64, 0) for _ in rows)]
                 dst = fb.address(self.out, self.view, start)
                 stream_copy(b, dst, fb.address(self.row, scratch_view, start), fb.dim(n))
 

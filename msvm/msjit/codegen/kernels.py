@@ -57,6 +57,11 @@ class Kernel:
         that can (a native convolution's ReLU / residual epilogue) update themselves and say True."""
         return False
 
+    def packs_lanes(self) -> bool:
+        """Does ``emit`` build vectors from per-lane scalar code? The region then needs the SLP
+        vectoriser, which turns those lanes into vector instructions."""
+        return False
+
     def describe(self) -> str:
         raise NotImplementedError
 

@@ -36,7 +36,8 @@ DISASSEMBLY_KINDS = ("llvm", "llvm-opt", "asm")
 # regions it compiles 30–40 % faster with run times within noise: the vectoriser's interleaving
 # already gives the inner loops their parallelism, and outer loops are never worth unrolling. Nor
 # the SLP vectoriser: in the workloads' regions all it did was pack the entry's job frames into
-# vectors, and it cost W1's bucket region 23 of its 64 ms of optimisation.
+# vectors, and it cost W1's bucket region 23 of its 64 ms of optimisation — it runs only for regions
+# with a kernel that writes vectors built lane by lane (``Kernel.packs_lanes``).
 PIPELINE = {"opt_level": 2, "unroll": False, "slp": False}
 
 
@@ -55,6 +56,11 @@ class LoweredRegion:
     externs: list[externs.Key]  # the addresses the code reads from its extern table, in slot order
     constants: list[np.ndarray] = field(default_factory=list, repr=False)  # the plan's constants
     lower_ms: float = 0.0
+    slp: bool = False  # a kernel packs lanes: optimise with the SLP vectoriser
+
+    @property
+    def pipeline(self) -> dict[str, Any]:
+        return PIPELINE | {"slp": self.slp}
 
     def bind(self, library: NativeLibrary) -> Callable[..., Any]:
         """The launcher: called like the interpreter's Executable, returns the same results."""
@@ -84,7 +90,8 @@ class LoweredRegion:
                   "planned_bytes": self.planned_bytes, "naive_bytes": self.naive_bytes,
                   "kernels": self.kernels,
                   "placements": [list(astuple(p)) for p in self.placements], "launch": self.launch.to_json(),
-                  "externs": externs.to_json(self.externs), "constants": consts, "lower_ms": self.lower_ms}
+                  "externs": externs.to_json(self.externs), "constants": consts, "lower_ms": self.lower_ms,
+                  "slp": self.slp}
         return header, [ir_bytes, *blocks]
 
     @classmethod
@@ -107,7 +114,7 @@ class LoweredRegion:
         return cls(ir_text, header["entry"], header["params"], header["planned_bytes"], header["naive_bytes"],
                    header["kernels"], [Placement(*p) for p in header["placements"]],
                    LaunchSpec.from_json(header["launch"]), externs.from_json(header["externs"]), constants,
-                   header["lower_ms"])
+                   header["lower_ms"], header["slp"])
 
 
 def lower(
@@ -145,6 +152,7 @@ def lower(
         list(em.externs),
         plan.constants,
         (time.perf_counter() - t0) * 1e3,
+        any(kernel.packs_lanes() for kernel in plan.kernels),
     )
 
 
@@ -169,7 +177,7 @@ class CompiledRegion:
         if kind not in DISASSEMBLY_KINDS:
             raise ValueError(f"unknown disassembly kind {kind!r}; use one of {', '.join(DISASSEMBLY_KINDS)}")
         if self._listing is None:
-            self._listing = build_object(self.lowered.ir, self.lowered.entry, **PIPELINE)
+            self._listing = build_object(self.lowered.ir, self.lowered.entry, **self.lowered.pipeline)
         return self._listing.optimized_ir if kind == "llvm-opt" else self._listing.asm
 
 
@@ -189,7 +197,7 @@ def compile_region(
         lowered, obj, times, worker_cpu = built
     else:
         lowered = lower(module, function, mem_optimize=mem_optimize, name=name, bounds=bounds)
-        build = build_object(lowered.ir, name, with_asm=False, with_ir=False, **PIPELINE)
+        build = build_object(lowered.ir, name, with_asm=False, with_ir=False, **lowered.pipeline)
         obj, times, worker_cpu = build.object_code, build.times, 0.0
     t0 = time.perf_counter()
     library = load_object(obj, name, llvm_ir=lowered.ir, times=times)
@@ -241,7 +249,7 @@ def lower_in_worker(header: dict[str, Any], payload: bytes) -> tuple[dict[str, A
             for dt, e in header["gemm"].items()}
     lowered = lower(module, header["function"], mem_optimize=header["mem_optimize"], name=header["name"],
                     bounds=header["bounds"], gemm=gemm)
-    build = build_object(lowered.ir, header["name"], with_asm=False, with_ir=False, **PIPELINE)
+    build = build_object(lowered.ir, header["name"], with_asm=False, with_ir=False, **lowered.pipeline)
     reply, blocks = lowered.to_wire(module)
     reply |= {"object_len": len(build.object_code), "times": build.times.as_dict()}
     return reply, [build.object_code, *blocks]
