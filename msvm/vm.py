@@ -62,7 +62,9 @@ def jit_info() -> list[dict]:
     interpreted while it was queued or compiling), ``compile_ms`` (wall time from leaving the queue
     to installed), ``compile_cpu_ms`` (the CPU time of that: the compile worker runs on cores the
     user's code leaves idle — or one lent by BLAS once it is starved — so the wall time is longer) and
-    ``phase_ms`` (per pipeline phase), ``code_bytes`` (machine code), ``planned_bytes`` and
+    ``phase_ms`` (per pipeline phase), ``code_bytes`` (machine code), ``code_from`` (the entry —
+    another bucket of the same region — whose machine code it shares: its compile was a lowering,
+    not an LLVM build; None for its own code), ``planned_bytes`` and
     ``naive_bytes`` (the memory plan's arena against one buffer per tensor), ``reason`` (why the
     entry was created, or why it fell back), ``interp_ms`` and ``native_ms`` (mean interpreted and
     sampled native time of the region), ``saved_ms`` (hits × (interp_ms − native_ms)), ``symbols``

@@ -312,6 +312,7 @@ class Entry:
     compile_cpu_ms: float | None = None  # CPU time of that (the worker waits for idle cores)
     phase_ms: dict[str, float] = field(default_factory=dict)
     code_bytes: int | None = None
+    code_from: str | None = None  # the entry (another bucket of its region) whose object code it shares
     planned_bytes: int | None = None
     naive_bytes: int | None = None
     bounds: dict[str, int] = field(default_factory=dict)
@@ -371,6 +372,7 @@ class Entry:
             "compile_cpu_ms": self.compile_cpu_ms,
             "phase_ms": dict(self.phase_ms),
             "code_bytes": self.code_bytes,
+            "code_from": self.code_from,
             "planned_bytes": self.planned_bytes,
             "naive_bytes": self.naive_bytes,
             "reason": self.reason,

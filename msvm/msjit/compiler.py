@@ -135,6 +135,7 @@ class CompilerThread:
         self._backend: Callable[..., Any] | None = None
         self._fault: str | None = None
         self._sampled: float | None = None
+        self._share = 0  # the generation of object code compiles may share (``codegen.region.build_region``)
         self._warm = "cold"  # -> "pending" (prestart asked for it) -> "warming" -> "done"
         self.launch_overhead_ns: int | None = None  # a native region call's fixed cost, once measured
         EVENTS.wake = self.wake
@@ -170,9 +171,11 @@ class CompilerThread:
                                      timeout)
 
     def reset(self) -> None:
-        """Forget queued entries (a compile in flight finishes, but its region no longer installs it)."""
+        """Forget queued entries (a compile in flight finishes, but its region no longer installs it) and
+        the object code later compiles could share."""
         with self._cv:
             self._queue.clear()
+            self._share += 1
             self._cv.notify_all()
 
     # -- test hooks -------------------------------------------------------------------------------
@@ -266,6 +269,7 @@ class CompilerThread:
             entry.phase_ms["worker"] = max(0.0, wall_ms - sum(compiled.phase_ms.values()))
             entry.compiled = compiled
             entry.code_bytes = compiled.code_bytes
+            entry.code_from = compiled.code_from
             entry.planned_bytes = compiled.lowered.planned_bytes
             entry.naive_bytes = compiled.lowered.naive_bytes
             with self._phase(entry, "install"):
@@ -293,7 +297,7 @@ class CompilerThread:
             from .codegen import compile_region as backend
         client = self._client(fault, lambda: entry.waiting >= WANTED_CALLS, entry.name)
         return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
-                       via_worker=client, bounds=bounds or None)
+                       via_worker=client, bounds=bounds or None, share=self._share)
 
     def _warm_up(self) -> None:
         """Start the worker by compiling a probe region, and time the probe's native calls: the launch

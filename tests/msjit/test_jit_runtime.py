@@ -82,10 +82,22 @@ def test_bucket_mode_keeps_one_entry_per_touched_bucket() -> None:
     assert [e["status"] for e in got] == ["compiled"] * 3, [e["reason"] for e in got]
     assert got[0]["mode"] == "bucket" and got[0]["bounds"] == {"N": 8} and got[2]["bounds"] == {}
     assert "N took the new bucket 9-16" in got[1]["reason"]
+    # the second bucket shares the first one's machine code; the exact entry (N a constant) has its own
+    assert [e["code_from"] for e in got] == [None, got[0]["name"], None]
     for n in (1, 2, 4, 6, 8, 10, 15):  # new sizes inside compiled buckets run native at once
         run_hot(bucketed, rand(n, 16, seed=n), times=1)
     after = entries("bucketed")
     assert len(after) == 3 and after[0]["hits"] == 5 and after[1]["hits"] == 2
+
+
+def test_after_a_reset_buckets_compile_afresh() -> None:
+    run_hot(bucketed, rand(3, 16))
+    assert ms.vm.wait_for_compiles(60)
+    ms.vm.reset()  # what is measured after it must not ride on code compiled before
+    run_hot(bucketed, rand(12, 16))
+    assert ms.vm.wait_for_compiles(60)
+    (entry,) = entries("bucketed")
+    assert entry["status"] == "compiled" and entry["code_from"] is None and entry["phase_ms"]["optimise"] > 0
 
 
 @jit(cache_mode="adaptive")

@@ -143,7 +143,8 @@ def _div(a: Interval, b: Interval) -> Interval:
     ]
     if not quotients or any(q != q for q in quotients):
         return -INF, INF
-    return math.floor(min(quotients)), math.floor(max(quotients))
+    lo, hi = min(quotients), max(quotients)
+    return (lo if abs(lo) == INF else math.floor(lo)), (hi if abs(hi) == INF else math.floor(hi))
 
 
 def interval(dim: Dim, ranges: Mapping[str, Interval]) -> Interval:

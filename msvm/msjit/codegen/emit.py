@@ -182,6 +182,10 @@ class FnBuilder:
             value = self._ptrs[buf] = self.head.bitcast(raw, STORAGE[buf.dtype].as_pointer())
         return value
 
+    def slot_bytes(self, buf: Buffer) -> ir.Value:
+        """Bytes of one thread's part of the per-thread scratch ``buf`` (i64)."""
+        return self.extern(("slot", buf.resolve().name))
+
     def at(self, buf: Buffer, offset: Dim | ir.Value) -> ir.Value:
         """Typed pointer to element ``offset`` of ``buf`` (a native job's or BLAS call's operand)."""
         index = offset if isinstance(offset, ir.Value) else self.dim(offset)
@@ -324,13 +328,21 @@ def accumulate(
     return [s.get() for s in slots]
 
 
+def may_be_big(work: Dim | None, ranges: Mapping[str, dims.Interval]) -> bool:
+    """Can a kernel of ``work`` elements (None: not a loop nest, e.g. a BLAS call) reach ``PARALLEL_MIN``
+    with its params within ``ranges`` (a param absent from them is unbounded)?"""
+    if work is None:
+        return True
+    bounded = {p: ranges.get(p, (-np.inf, np.inf)) for p in work.free_symbols}
+    return dims.interval(work, bounded)[1] >= PARALLEL_MIN
+
+
 class ModuleEmitter:
     """The IR module of one region."""
 
-    def __init__(self, name: str, params: Sequence[str], ranges: Mapping[str, dims.Interval]) -> None:
+    def __init__(self, name: str, params: Sequence[str]) -> None:
         self.module = ir.Module(name=name)
         self.params = list(params)
-        self.ranges = ranges  # param -> (min, max): a kernel never big enough at the bounds runs inline
         self._counter = itertools.count()
         self._disable = self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.unroll.disable")])
         self.externs: dict[externs.Key, int] = {}  # key -> slot in the table at ``@msvm_externs``
@@ -389,12 +401,18 @@ class ModuleEmitter:
         done = fn.append_basic_block("fail")
         values = dict(zip(self.params, params))
         budget = INLINE_LOOP_BUDGET
-        release_gil = False  # while only small loops run, keeping the GIL is cheaper than handing it over
+        # While only small loops run, keeping the GIL is cheaper than handing it over. Symbolic work is
+        # compared with PARALLEL_MIN at run time and the GIL released as the bucket's bounds say
+        # (``may_be_big``, the table's ("gil",)), whatever they are: one code for every bucket.
+        release_gil: bool | None = False  # None: as the bounds say
         for kernel, kfn in calls:
             ptrs = [self._base(b, buf, bases, arena) for buf in kfn.buffers]
             work = kernel.parallel_work()
-            big = work is not None and dims.interval(work, self.ranges)[1] >= PARALLEL_MIN
-            release_gil |= work is None or big
+            big = work is not None and may_be_big(work, {})
+            if work is None or (big and work.is_const):
+                release_gil = True
+            elif big and release_gil is False:
+                release_gil = None
             if THREADS > 1 and big and kfn.split_extent is not None:
                 self._split_call(b, kfn, ptrs, list(params), values, work, status)
             else:
@@ -468,7 +486,7 @@ class ModuleEmitter:
             value = b.inttoptr(slot(i), t) if t.is_pointer else slot(i)
             buf = kfn.buffers[i] if i < len(kfn.buffers) else None
             if buf is not None and buf.per_thread:
-                value = b.gep(value, [b.mul(thread, ir.Constant(I64, buf.size // THREADS))], inbounds=True)
+                value = b.gep(value, [b.mul(thread, self.extern(b, ("slot", buf.name)))], inbounds=True)
             fixed.append(value)
         status = b.inttoptr(slot(len(types) - 3), types[-1])
         counter = b.gep(frame, [ir.Constant(I64, n)])
@@ -482,7 +500,7 @@ class ModuleEmitter:
         if buf in bases:
             return bases[buf]
         if buf.kind == "arena":
-            value = b.gep(arena, [ir.Constant(I64, buf.offset)], inbounds=True)
+            value = b.gep(arena, [self.extern(b, ("arena", buf.name))], inbounds=True)
         elif buf.kind == "const":
             value = b.inttoptr(self.extern(b, ("const", buf.index)), I8P)
         else:
@@ -526,8 +544,21 @@ class ModuleEmitter:
                 with b.if_then(b.icmp_unsigned("!=", raised, ir.Constant(I8P, None))):
                     b.ret(ir.Constant(I8P, None))
             values.append(value)
-        state = b.call(api("PyEval_SaveThread", I8P), []) if release_gil else None
-        status = b.call(main, values)
-        if state is not None:
+        if release_gil is False:
+            status = b.call(main, values)
+        elif release_gil:
+            state = b.call(api("PyEval_SaveThread", I8P), [])
+            status = b.call(main, values)
             b.call(api("PyEval_RestoreThread", VOID, I8P), [state])
+        else:
+            result = Slot(b, I32)
+            release = b.icmp_signed("!=", self.extern(b, ("gil",)), ir.Constant(I64, 0))
+            with b.if_else(release) as (without, keeping):
+                with without:
+                    state = b.call(api("PyEval_SaveThread", I8P), [])
+                    result.set(b.call(main, values))
+                    b.call(api("PyEval_RestoreThread", VOID, I8P), [state])
+                with keeping:
+                    result.set(b.call(main, values))
+            status = result.get()
         b.ret(b.call(from_long, [b.sext(status, I64)]))

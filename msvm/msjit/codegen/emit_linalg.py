@@ -38,7 +38,7 @@ from .emit import FnBuilder, ModuleEmitter, accumulate, loop_nest, run_job
 from .emit_elementwise import ElementwiseKernel, apply
 from .emit_reduce import combine
 from .epilogue import EpilogueKernel
-from .kernels import THREADS, Kernel, expr_buffers, has_checks
+from .kernels import Kernel, expr_buffers, has_checks
 from .nodes import Expr, Load, summary
 from .views import ZERO, Shape, View, contiguous_strides, numel, same
 
@@ -254,7 +254,7 @@ class PoolGemm(EpilogueKernel):
         if self.residual is not None:
             values["residual"] = fb.at(self.residual.buffer, self.residual.view.offset)
         if self.work is not None:
-            values |= {"scratch": fb.ptr(self.work), "slot_bytes": _i64(self.work.size // THREADS)}
+            values |= {"scratch": fb.ptr(self.work), "slot_bytes": fb.slot_bytes(self.work)}
         values["flags"] = _i64(self.epilogue.flags(self.bias is not None))
         flops = numel(view.shape) * (k * 2)
         run_job(fb, gemm_packed.FRAME, values, ("gemm_packed", self.out.dtype), fb.dim(flops))

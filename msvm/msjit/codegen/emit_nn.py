@@ -34,7 +34,7 @@ from .emit import FnBuilder, ModuleEmitter, accumulate, run_job
 from .emit_elementwise import extreme, intrinsic_call
 from .emit_linalg import ConvGeometry, window_source
 from .epilogue import EpilogueKernel
-from .kernels import THREADS, Kernel
+from .kernels import Kernel
 from .nodes import Expr, Load
 from .views import ZERO, Shape, same
 
@@ -451,7 +451,7 @@ class NativeConv(EpilogueKernel):
             job = ("conv_nchwc", self.out.dtype, g.stride[1], *blocked)
             frame = conv_nchwc.FRAME
             assert self.work is not None
-            values |= {"scratch": fb.ptr(self.work), "slot_bytes": _i64(self.work.size // THREADS)}
+            values |= {"scratch": fb.ptr(self.work), "slot_bytes": fb.slot_bytes(self.work)}
         else:
             frame, job = conv_depthwise.FRAME, ("conv_depthwise", self.out.dtype, g.stride[1])
             work = work * conv_depthwise.FLOPS_SCALE

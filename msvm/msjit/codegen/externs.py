@@ -12,12 +12,18 @@ Keys are tuples: ``("const", k)`` the plan's constant k, ``("gemm", entry name)`
 "state")``, ``("py", name)`` a function of CPython's C API, ``(job, dtype, …)`` for the native conv
 and packed-GEMM jobs, as ``job_address`` takes them, and ``("rows", kind, dtype)`` for the row jobs of
 ``msvm.kernels.rows``.
+
+Some entries are numbers, not addresses: ``("arena", buffer)`` the buffer's offset in the arena,
+``("slot", buffer)`` the bytes of one thread's part of a per-thread scratch, ``("gil",)`` whether the
+code releases the GIL. They depend on a bucket's bounds (the memory plan is sized for them); read from
+the table, they leave the code the same for every bucket of a region, so that one object code serves
+them all (``region.build_region``).
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,10 +70,12 @@ def resolve(key: Key, constants: Sequence[np.ndarray]) -> int:
     raise LookupError(f"unknown extern {key!r}")
 
 
-def install(global_address: int, keys: Sequence[Key], constants: Sequence[np.ndarray]) -> np.ndarray:
-    """Resolve ``keys`` into a table and point the loaded code's ``@msvm_externs`` (at
-    ``global_address``) at it; the caller keeps the table alive as long as the code."""
-    table = np.array([resolve(k, constants) for k in keys] or [0], np.int64)
+def install(global_address: int, keys: Sequence[Key], constants: Sequence[np.ndarray],
+            numbers: Mapping[Key, int]) -> np.ndarray:
+    """Resolve ``keys`` (those in ``numbers`` to their number there) into a table and point the loaded
+    code's ``@msvm_externs`` (at ``global_address``) at it; the caller keeps the table alive as long as
+    the code."""
+    table = np.array([numbers[k] if k in numbers else resolve(k, constants) for k in keys] or [0], np.int64)
     ctypes.c_int64.from_address(global_address).value = table.ctypes.data
     return table
 

@@ -11,8 +11,11 @@ Every phase is timed.
 
 from __future__ import annotations
 
+import hashlib
 import struct
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import astuple, dataclass, field
 from typing import Any
@@ -25,8 +28,9 @@ from ...native.blas import GemmEntry
 from ...native.llvm import CompileTimes, NativeLibrary, ObjectBuild, build_object, load_object
 from ...native.worker import CompileWorker
 from . import externs, shared
-from .emit import ModuleEmitter
+from .emit import ModuleEmitter, may_be_big
 from .errors import LoweringError
+from .kernels import THREADS
 from .launcher import LaunchSpec, build_launcher
 from .memplan import Placement, plan_memory
 from .plan import Planner
@@ -57,19 +61,31 @@ class LoweredRegion:
     constants: list[np.ndarray] = field(default_factory=list, repr=False)  # the plan's constants
     lower_ms: float = 0.0
     slp: bool = False  # a kernel packs lanes: optimise with the SLP vectoriser
+    release_gil: bool = False  # a kernel may be big at the bounds (``emit.may_be_big``)
+    symbol: str = ""  # the entry's name in the object code: another entry's when its code is shared
 
     @property
     def pipeline(self) -> dict[str, Any]:
         return PIPELINE | {"slp": self.slp}
 
+    def numbers(self) -> dict[externs.Key, int]:
+        """The extern table's entries that depend on the bounds (``externs``)."""
+        table: dict[externs.Key, int] = {("gil",): int(self.release_gil)}
+        for p in self.placements:
+            table[("arena", p.name)] = p.offset
+            table[("slot", p.name)] = p.size // THREADS  # a per-thread scratch's part (others: unused)
+        return table
+
     def bind(self, library: NativeLibrary) -> Callable[..., Any]:
         """The launcher: called like the interpreter's Executable, returns the same results."""
-        table = externs.install(library.global_address(externs.GLOBAL), self.externs, self.constants)
+        table = externs.install(library.global_address(externs.GLOBAL), self.externs, self.constants,
+                                self.numbers())
+        symbol = self.symbol or self.entry
         return build_launcher(
             self.launch,
             self.planned_bytes,
-            library.address(self.entry),
-            library.address(self.entry + "_fast"),
+            library.address(symbol),
+            library.address(symbol + "_fast"),
             [library, table, *self.constants],
         )
 
@@ -91,7 +107,7 @@ class LoweredRegion:
                   "kernels": self.kernels,
                   "placements": [list(astuple(p)) for p in self.placements], "launch": self.launch.to_json(),
                   "externs": externs.to_json(self.externs), "constants": consts, "lower_ms": self.lower_ms,
-                  "slp": self.slp}
+                  "slp": self.slp, "release_gil": self.release_gil, "symbol": self.symbol}
         return header, [ir_bytes, *blocks]
 
     @classmethod
@@ -114,7 +130,7 @@ class LoweredRegion:
         return cls(ir_text, header["entry"], header["params"], header["planned_bytes"], header["naive_bytes"],
                    header["kernels"], [Placement(*p) for p in header["placements"]],
                    LaunchSpec.from_json(header["launch"]), externs.from_json(header["externs"]), constants,
-                   header["lower_ms"], header["slp"])
+                   header["lower_ms"], header["slp"], header["release_gil"], header["symbol"])
 
 
 def lower(
@@ -136,7 +152,7 @@ def lower(
     t0 = time.perf_counter()
     plan = Planner(module, function, bounds, gemm).run()
     planned, naive, placements = plan_memory(plan.kernels, plan.ranges, mem_optimize)
-    em = ModuleEmitter(name, plan.params, plan.ranges)
+    em = ModuleEmitter(name, plan.params)
     calls = [(kernel, kernel.emit(em)) for kernel in plan.kernels]
     em.entry(name, plan.inputs, plan.outputs, calls)
     ir_text = str(em.module)
@@ -153,7 +169,37 @@ def lower(
         plan.constants,
         (time.perf_counter() - t0) * 1e3,
         any(kernel.packs_lanes() for kernel in plan.kernels),
+        any(may_be_big(kernel.parallel_work(), plan.ranges) for kernel in plan.kernels),
     )
+
+
+# Object code by its IR (the entry's name left out), for the next bucket of the same region: its IR
+# is the same but for the name (the bounds reach the code only through the extern table), so it
+# costs a lowering, not an LLVM compile (W1's bucket regions: optimise + codegen ≈ 100 ms).
+_SHARED_CODE: OrderedDict[bytes, tuple[bytes, str]] = OrderedDict()  # digest -> (object code, symbol)
+SHARED_CODE_ENTRIES = 32
+_SHARED_LOCK = threading.Lock()
+
+
+def build_region(lowered: LoweredRegion, share: int = 0) -> tuple[bytes, CompileTimes]:
+    """The object code of ``lowered``: built, or shared with an entry lowered to the same IR before, in
+    the same ``share`` generation (then ``lowered.symbol`` names that entry, whose name the code
+    carries)."""
+    text = f"{share}\0{lowered.ir.replace(lowered.entry, chr(0))}"
+    digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+    with _SHARED_LOCK:
+        hit = _SHARED_CODE.get(digest)
+        if hit is not None:
+            _SHARED_CODE.move_to_end(digest)
+            lowered.symbol = hit[1]
+            return hit[0], CompileTimes()
+    build = build_object(lowered.ir, lowered.entry, with_asm=False, with_ir=False, **lowered.pipeline)
+    lowered.symbol = lowered.entry
+    with _SHARED_LOCK:
+        _SHARED_CODE[digest] = (build.object_code, lowered.entry)
+        while len(_SHARED_CODE) > SHARED_CODE_ENTRIES:
+            _SHARED_CODE.popitem(last=False)
+    return build.object_code, build.times
 
 
 @dataclass
@@ -165,6 +211,12 @@ class CompiledRegion:
     code_bytes: int
     worker_cpu_ms: float  # CPU time the compile worker spent lowering and compiling it (0: in-process)
     _listing: ObjectBuild | None = field(default=None, repr=False)
+
+    @property
+    def code_from(self) -> str | None:
+        """The entry whose object code this one shares (``build_region``), if not its own."""
+        symbol = self.lowered.symbol
+        return symbol if symbol and symbol != self.lowered.entry else None
 
     def disassemble(self, kind: str = "llvm") -> str:
         """The region's code as ``llvm`` (as generated), ``llvm-opt`` (optimised) or ``asm``.
@@ -189,16 +241,18 @@ def compile_region(
     name: str = "region",
     via_worker: CompileWorker | None = None,
     bounds: dict[str, int] | None = None,
+    share: int = 0,
 ) -> CompiledRegion:
     """``lower`` + compile + ``bind``: all in this process, or lowered and compiled in ``via_worker``'s
-    process (``lower_in_worker``), which leaves this process only the load and the bind."""
+    process (``lower_in_worker``), which leaves this process only the load and the bind. ``share``: the
+    generation of object code it may share (``build_region``; the JIT starts a new one at each
+    ``ms.vm.reset()``, so that what is measured after it is compiled afresh)."""
     if via_worker is not None:
-        built = _lower_and_build_in(via_worker, module, function, mem_optimize, name, bounds)
+        built = _lower_and_build_in(via_worker, module, function, mem_optimize, name, bounds, share)
         lowered, obj, times, worker_cpu = built
     else:
         lowered = lower(module, function, mem_optimize=mem_optimize, name=name, bounds=bounds)
-        build = build_object(lowered.ir, name, with_asm=False, with_ir=False, **lowered.pipeline)
-        obj, times, worker_cpu = build.object_code, build.times, 0.0
+        (obj, times), worker_cpu = build_region(lowered, share), 0.0
     t0 = time.perf_counter()
     library = load_object(obj, name, llvm_ir=lowered.ir, times=times)
     fn = lowered.bind(library)
@@ -213,7 +267,8 @@ def compile_region(
 
 
 def _lower_and_build_in(worker: CompileWorker, module: Module, function: str, mem_optimize: bool, name: str,
-                        bounds: dict[str, int] | None) -> tuple[LoweredRegion, bytes, CompileTimes, float]:
+                        bounds: dict[str, int] | None, share: int
+                        ) -> tuple[LoweredRegion, bytes, CompileTimes, float]:
     from ...native.blas import best_gemm
 
     entries = {dt: best_gemm(dt) for dt in _float_dtypes(module)}
@@ -221,7 +276,7 @@ def _lower_and_build_in(worker: CompileWorker, module: Module, function: str, me
             for dt, e in entries.items()}
     sent, files = shared.export(module)
     header = {"function": function, "mem_optimize": mem_optimize, "name": name, "bounds": bounds,
-              "gemm": gemm, "shared": files}
+              "gemm": gemm, "shared": files, "share": share}
     result = worker.call(f"{__name__}:lower_in_worker", header, encode_module(sent))
     if not result.ok:
         raise LoweringError(f"compiling {name} failed: {result.error}", code="E-JIT-COMPILE")
@@ -249,10 +304,10 @@ def lower_in_worker(header: dict[str, Any], payload: bytes) -> tuple[dict[str, A
             for dt, e in header["gemm"].items()}
     lowered = lower(module, header["function"], mem_optimize=header["mem_optimize"], name=header["name"],
                     bounds=header["bounds"], gemm=gemm)
-    build = build_object(lowered.ir, header["name"], with_asm=False, with_ir=False, **lowered.pipeline)
+    obj, times = build_region(lowered, header["share"])
     reply, blocks = lowered.to_wire(module)
-    reply |= {"object_len": len(build.object_code), "times": build.times.as_dict()}
-    return reply, [build.object_code, *blocks]
+    reply |= {"object_len": len(obj), "times": times.as_dict()}
+    return reply, [obj, *blocks]
 
 
 def text_bytes(obj: bytes) -> int:

@@ -36,3 +36,11 @@ def test_floor_division_matches_python(op):
             for y in VALUES if d is None else [d]:
                 expected = 0 if y == 0 else (x // y if op == "floordiv" else x % y)
                 assert fn(x, y) == expected, (op, x, y)
+
+
+def test_interval_of_a_quotient_of_an_unbounded_symbol():
+    from msvm.shapes import parse_dim
+
+    assert dims.interval(parse_dim("N // 4"), {"N": (0.0, dims.INF)}) == (0, dims.INF)
+    assert dims.interval(parse_dim("N // 4"), {"N": (-dims.INF, dims.INF)}) == (-dims.INF, dims.INF)
+    assert dims.interval(parse_dim("N // 4"), {"N": (0.0, 18.0)}) == (0, 4)
