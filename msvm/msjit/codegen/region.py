@@ -12,6 +12,7 @@ Every phase is timed.
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
 import threading
 import time
@@ -141,21 +142,32 @@ def lower(
     name: str = "region",
     bounds: dict[str, int] | None = None,
     gemm: Mapping[str, GemmEntry | None] | None = None,
+    reuse: bytes | None = None,
 ) -> LoweredRegion:
     """Build the LLVM IR of ``function`` (a verified straight-line region) as one entry symbol.
 
     ``bounds`` maps run-time symbols (bucketed dims, scalar arguments) to their upper bounds: the
     arena is sized for them and the launcher rejects larger values. Exact-mode regions need none.
-    ``gemm``: the BLAS entry per dtype (default: ``best_gemm``'s). Raises ``LoweringError`` (with the
-    op's address) for anything that cannot be compiled.
+    ``gemm``: the BLAS entry per dtype (default: ``best_gemm``'s). ``reuse``: a key of everything
+    the IR depends on (``lowering_key``); the bounds are not in it, since they reach the code only
+    through its extern table (``LoweredRegion.numbers``), so the IR of the region's next bucket is
+    the last one's under another name, and only the plan is made again. Raises ``LoweringError``
+    (with the op's address) for anything that cannot be compiled.
     """
     t0 = time.perf_counter()
     plan = Planner(module, function, bounds, gemm).run()
     planned, naive, placements = plan_memory(plan.kernels, plan.ranges, mem_optimize)
-    em = ModuleEmitter(name, plan.params)
-    calls = [(kernel, kernel.emit(em)) for kernel in plan.kernels]
-    em.entry(name, plan.inputs, plan.outputs, calls)
-    ir_text = str(em.module)
+    hit = _LOWERED.get(reuse) if reuse is not None else None
+    if hit is None:
+        em = ModuleEmitter(name, plan.params)
+        calls = [(kernel, kernel.emit(em)) for kernel in plan.kernels]
+        em.entry(name, plan.inputs, plan.outputs, calls)
+        ir_text, keys, slp = str(em.module), list(em.externs), any(k.packs_lanes() for k in plan.kernels)
+        if reuse is not None:
+            _LOWERED.put(reuse, (ir_text, name, keys, slp))
+    else:
+        text, was, keys, slp = hit
+        ir_text = text.replace(was, name)
     return LoweredRegion(
         ir_text,
         name,
@@ -165,20 +177,51 @@ def lower(
         [k.describe() for k in plan.kernels],
         placements,
         LaunchSpec.of(plan, len(module.function(function).params)),
-        list(em.externs),
+        keys,
         plan.constants,
         (time.perf_counter() - t0) * 1e3,
-        any(kernel.packs_lanes() for kernel in plan.kernels),
+        slp,
         any(may_be_big(kernel.parallel_work(), plan.ranges) for kernel in plan.kernels),
     )
 
 
+def lowering_key(encoded: bytes, *inputs: Any) -> bytes:
+    """A digest of an encoded region module and the other ``inputs`` (JSON data) its IR depends on."""
+    digest = hashlib.blake2b(encoded, digest_size=16)
+    digest.update(json.dumps(inputs).encode())
+    return digest.digest()
+
+
+class _Recent:
+    """A small map that forgets its least recently used items (thread-safe)."""
+
+    def __init__(self, size: int) -> None:
+        self._items: OrderedDict[bytes, Any] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes) -> Any:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: bytes, value: Any) -> None:
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
+# The IR a region function was lowered to, by ``lowering_key``: (IR, its entry name, extern keys, slp).
+_LOWERED = _Recent(32)
+
+
 # Object code by its IR (the entry's name left out), for the next bucket of the same region: its IR
 # is the same but for the name (the bounds reach the code only through the extern table), so it
-# costs a lowering, not an LLVM compile (W1's bucket regions: optimise + codegen ≈ 100 ms).
-_SHARED_CODE: OrderedDict[bytes, tuple[bytes, str]] = OrderedDict()  # digest -> (object code, symbol)
-SHARED_CODE_ENTRIES = 32
-_SHARED_LOCK = threading.Lock()
+# costs a plan, not an LLVM compile (W1's bucket regions: optimise + codegen ≈ 100 ms).
+_OBJECTS = _Recent(32)  # digest -> (object code, the entry name it carries)
 
 
 def build_region(lowered: LoweredRegion, share: int = 0) -> tuple[bytes, CompileTimes]:
@@ -187,18 +230,13 @@ def build_region(lowered: LoweredRegion, share: int = 0) -> tuple[bytes, Compile
     carries)."""
     text = f"{share}\0{lowered.ir.replace(lowered.entry, chr(0))}"
     digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
-    with _SHARED_LOCK:
-        hit = _SHARED_CODE.get(digest)
-        if hit is not None:
-            _SHARED_CODE.move_to_end(digest)
-            lowered.symbol = hit[1]
-            return hit[0], CompileTimes()
+    hit = _OBJECTS.get(digest)
+    if hit is not None:
+        lowered.symbol = hit[1]
+        return hit[0], CompileTimes()
     build = build_object(lowered.ir, lowered.entry, with_asm=False, with_ir=False, **lowered.pipeline)
     lowered.symbol = lowered.entry
-    with _SHARED_LOCK:
-        _SHARED_CODE[digest] = (build.object_code, lowered.entry)
-        while len(_SHARED_CODE) > SHARED_CODE_ENTRIES:
-            _SHARED_CODE.popitem(last=False)
+    _OBJECTS.put(digest, (build.object_code, lowered.entry))
     return build.object_code, build.times
 
 
@@ -251,7 +289,8 @@ def compile_region(
         built = _lower_and_build_in(via_worker, module, function, mem_optimize, name, bounds, share)
         lowered, obj, times, worker_cpu = built
     else:
-        lowered = lower(module, function, mem_optimize=mem_optimize, name=name, bounds=bounds)
+        reuse = lowering_key(encode_module(module), function, mem_optimize, share)
+        lowered = lower(module, function, mem_optimize=mem_optimize, name=name, bounds=bounds, reuse=reuse)
         (obj, times), worker_cpu = build_region(lowered, share), 0.0
     t0 = time.perf_counter()
     library = load_object(obj, name, llvm_ir=lowered.ir, times=times)
@@ -302,8 +341,10 @@ def lower_in_worker(header: dict[str, Any], payload: bytes) -> tuple[dict[str, A
     module = shared.restore(decode_module(payload), header["shared"])
     gemm = {dt: None if e is None else GemmEntry(e[0], e[1], e[2], e[3], dt, e[4], e[5], 0)
             for dt, e in header["gemm"].items()}
+    inputs = ("function", "mem_optimize", "gemm", "shared", "share")  # all but the name and the bounds
+    reuse = lowering_key(payload, *(header[k] for k in inputs))
     lowered = lower(module, header["function"], mem_optimize=header["mem_optimize"], name=header["name"],
-                    bounds=header["bounds"], gemm=gemm)
+                    bounds=header["bounds"], gemm=gemm, reuse=reuse)
     obj, times = build_region(lowered, header["share"])
     reply, blocks = lowered.to_wire(module)
     reply |= {"object_len": len(obj), "times": times.as_dict()}
