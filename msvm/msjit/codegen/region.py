@@ -7,6 +7,10 @@ it to run native code then waits up to the 5 ms switch interval to get it back, 
 What comes back is the object code and the lowering as plain data (``LoweredRegion.to_wire``): the
 code reads every process-specific address from its extern table (``externs``), bound at load.
 Every phase is timed.
+
+A bucket's bounds reach the code only through that table too (arena offsets, per-thread slots,
+whether to release the GIL), so every bucket of a region has one IR and one object code: the next
+bucket costs a plan (``lower``'s ``reuse``) and a load (``build_region``), not an LLVM compile.
 """
 
 from __future__ import annotations
