@@ -3,7 +3,8 @@
 Engines measured in the same run: numpy eager (the reference; every engine's output is checked
 against it), the msvm interpreter (JIT off), msvm with the JIT in each relevant cache mode, and
 torch eager / torch.compile when torch is installed (jax.jit when jax is). Per workload: steady
-state median, the first call after each new shape, the whole stream's wall time with every
+state median (sampled in turns over the engines once all have run: ``measure_steady``), the first
+call after each new shape, the whole stream's wall time with every
 compile included, compiles, cache entries and hit rate, how long a loop on the steady input runs
 before its first native call (the JIT engines), and GFLOP/s or GB/s against the sgemm
 peak and memory bandwidth this suite measures on the machine — around each workload: the better of
@@ -31,6 +32,7 @@ from .models import Workload, workloads
 
 BUCKETS = (1, 4, 16, 64, 256, 1024)
 SWITCH_PASSES = 3
+STEADY_ROUNDS, STEADY_SAMPLE_S = 9, 0.1  # steady medians: rounds over every engine, one sample each
 LANDING_LIMIT_S = 10.0  # how long measure_landing waits for a first native call
 
 
@@ -51,6 +53,8 @@ class Run:
     also_steady: dict[str, float] = field(default_factory=dict)  # label -> steady seconds
     switch_ratios: list[float] = field(default_factory=list)  # stream again, warm: call ÷ its shape's steady
     landing: tuple[float, int] | None = None  # a fresh loop on the steady input: (s, calls) to a native run
+    probes: dict[str, Callable[[], Any]] = field(default_factory=dict, repr=False)  # "steady"/label -> a call
+    rewarm: Callable[[], None] | None = field(default=None, repr=False)  # compile the probes' keys again
 
 
 def machine_peaks() -> tuple[float, float]:
@@ -127,16 +131,51 @@ def bench_msvm(w: Workload, engine: str, options: dict[str, Any], reference: np.
         _jit_stats(run, fn.__name__)
     out = fn(*w.steady)
     run.max_abs_err = float(np.max(np.abs(np.asarray(out) - reference)))
-    run.steady = measure(lambda: fn(*w.steady), repeat=5, min_time=0.1)
-    for label, args in w.also_steady:
-        for _ in range(4):  # hot, and compiled where the JIT is on
-            fn(*args)
-        ms.vm.wait_for_compiles(120)
-        run.also_steady[label] = measure(lambda args=args: fn(*args), repeat=5, min_time=0.1)
+    run.probes = probes(fn, w)
+    if "hot_threshold" not in options:
+        run.rewarm = lambda: warm(run.probes)
     measure_switches(run, w, fn)
     if "hot_threshold" not in options:
         run.landing = measure_landing(w, options)
     return run
+
+
+def probes(fn: Callable[..., Any], w: Workload, convert=lambda a: a) -> dict[str, Callable[[], Any]]:
+    """One call of ``fn`` on the steady input, and on each of the workload's other steady inputs."""
+    inputs = {"steady": w.steady, **dict(w.also_steady)}
+    converted = {label: tuple(convert(x) for x in args) for label, args in inputs.items()}
+    return {label: (lambda a=args: fn(*a)) for label, args in converted.items()}
+
+
+def warm(calls: dict[str, Callable[[], Any]]) -> None:
+    """Make every probe's key hot and let its compile land (a later engine's ``ms.vm.reset()`` dropped
+    it): steady state is native code where the JIT is on."""
+    for call in calls.values():
+        for _ in range(4):
+            call()
+    ms.vm.wait_for_compiles(120)
+    for call in calls.values():
+        call()
+
+
+def measure_steady(runs: list[Run]) -> None:
+    """Steady medians of every engine, sampled in turns: ``STEADY_ROUNDS`` rounds, each taking one
+    sample of every engine's every probe. On a shared machine a slow spell then costs every engine
+    a sample or two, where measuring one engine after another would hand the whole spell to one of
+    them (same-run A/Bs here drift 20–30 % over seconds)."""
+    for run in runs:
+        if run.rewarm is not None:
+            run.rewarm()
+    samples: dict[tuple[int, str], list[float]] = {}
+    for _ in range(STEADY_ROUNDS):
+        for i, run in enumerate(runs):
+            for label, call in run.probes.items():
+                samples.setdefault((i, label), []).append(measure(call, repeat=1, min_time=STEADY_SAMPLE_S))
+    for (i, label), times in samples.items():
+        if label == "steady":
+            runs[i].steady = statistics.median(times)
+        else:
+            runs[i].also_steady[label] = statistics.median(times)
 
 
 def measure_landing(w: Workload, options: dict[str, Any]) -> tuple[float, int]:
@@ -167,11 +206,13 @@ def bench_torch(w: Workload, compiled: bool, reference: np.ndarray) -> Run:
         steady = tuple(torch.from_numpy(a) for a in w.steady)
         out = fn(*steady).numpy()
         run.max_abs_err = float(np.max(np.abs(out - reference)))
-        run.steady = measure(lambda: fn(*steady), repeat=5, min_time=0.1)
-        for label, args in w.also_steady:
-            tensors = tuple(torch.from_numpy(a) for a in args)
-            run.also_steady[label] = measure(lambda t=tensors: fn(*t), repeat=5, min_time=0.1)
         measure_switches(run, w, fn, torch.from_numpy)
+
+    def inferring(*args: Any) -> Any:
+        with torch.inference_mode():
+            return fn(*args)
+
+    run.probes = probes(inferring, w, torch.from_numpy)
     return run
 
 
@@ -180,9 +221,7 @@ def bench_workload(w: Workload, args: argparse.Namespace, torch_mod: Any) -> lis
     reference = np.asarray(fn_ref.py_func(*w.steady))
     runs = []
     numpy_run = run_stream("numpy eager", fn_ref.py_func, w)
-    numpy_run.steady = measure(lambda: fn_ref.py_func(*w.steady), repeat=5, min_time=0.1)
-    for label, inputs in w.also_steady:
-        numpy_run.also_steady[label] = measure(lambda a=inputs: fn_ref.py_func(*a), repeat=5, min_time=0.1)
+    numpy_run.probes = probes(fn_ref.py_func, w)
     numpy_run.max_abs_err = 0.0
     measure_switches(numpy_run, w, fn_ref.py_func)
     runs.append(numpy_run)
@@ -202,6 +241,7 @@ def bench_workload(w: Workload, args: argparse.Namespace, torch_mod: Any) -> lis
                 runs.append(bench_torch(w, True, reference))
             except Exception as exc:  # torch.compile may be unavailable (no compiler toolchain)
                 runs.append(Run("torch.compile", error=f"{type(exc).__name__}: {str(exc)[:80]}"))
+    measure_steady(runs)
     return runs
 
 
