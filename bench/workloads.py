@@ -33,6 +33,7 @@ from .models import Workload, workloads
 BUCKETS = (1, 4, 16, 64, 256, 1024)
 SWITCH_PASSES = 3
 STEADY_ROUNDS, STEADY_SAMPLE_S = 9, 0.1  # steady medians: rounds over every engine, one sample each
+SETTLE_S = 0.2  # before each engine's sample: the last engine's BLAS/OpenMP threads stop spinning
 LANDING_LIMIT_S = 10.0  # how long measure_landing waits for a first native call
 
 
@@ -162,7 +163,10 @@ def measure_steady(runs: list[Run]) -> None:
     """Steady medians of every engine, sampled in turns: ``STEADY_ROUNDS`` rounds, each taking one
     sample of every engine's every probe. On a shared machine a slow spell then costs every engine
     a sample or two, where measuring one engine after another would hand the whole spell to one of
-    them (same-run A/Bs here drift 20–30 % over seconds)."""
+    them (same-run A/Bs here drift 20–30 % over seconds). Each sample starts ``SETTLE_S`` after the
+    one before: OpenBLAS's and OpenMP's threads spin on for a while after a call (about 0.1 s), and
+    the next engine's sample would share the cores with them (W1's interpreter: 22.5 against 15.4 ms
+    sampled right after numpy)."""
     for run in runs:
         if run.rewarm is not None:
             run.rewarm()
@@ -170,6 +174,7 @@ def measure_steady(runs: list[Run]) -> None:
     for _ in range(STEADY_ROUNDS):
         for i, run in enumerate(runs):
             for label, call in run.probes.items():
+                time.sleep(SETTLE_S)
                 samples.setdefault((i, label), []).append(measure(call, repeat=1, min_time=STEADY_SAMPLE_S))
     for (i, label), times in samples.items():
         if label == "steady":
