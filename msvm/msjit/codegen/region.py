@@ -161,16 +161,17 @@ def lower(
     t0 = time.perf_counter()
     plan = Planner(module, function, bounds, gemm).run()
     planned, naive, placements = plan_memory(plan.kernels, plan.ranges, mem_optimize)
+    kernels = [k.describe() for k in plan.kernels]
     hit = _LOWERED.get(reuse) if reuse is not None else None
-    if hit is None:
+    if hit is None or hit[0] != kernels:  # (the same plan, or the IR is made again)
         em = ModuleEmitter(name, plan.params)
         calls = [(kernel, kernel.emit(em)) for kernel in plan.kernels]
         em.entry(name, plan.inputs, plan.outputs, calls)
         ir_text, keys, slp = str(em.module), list(em.externs), any(k.packs_lanes() for k in plan.kernels)
         if reuse is not None:
-            _LOWERED.put(reuse, (ir_text, name, keys, slp))
+            _LOWERED.put(reuse, (kernels, ir_text, name, keys, slp))
     else:
-        text, was, keys, slp = hit
+        _, text, was, keys, slp = hit
         ir_text = text.replace(was, name)
     return LoweredRegion(
         ir_text,
@@ -178,7 +179,7 @@ def lower(
         list(plan.params),
         planned,
         naive,
-        [k.describe() for k in plan.kernels],
+        kernels,
         placements,
         LaunchSpec.of(plan, len(module.function(function).params)),
         keys,
@@ -218,7 +219,8 @@ class _Recent:
                 self._items.popitem(last=False)
 
 
-# The IR a region function was lowered to, by ``lowering_key``: (IR, its entry name, extern keys, slp).
+# The IR a region function was lowered to, by ``lowering_key``: (its kernels' descriptions, IR, its entry
+# name, extern keys, slp).
 _LOWERED = _Recent(32)
 
 
