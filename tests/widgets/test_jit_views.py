@@ -106,6 +106,21 @@ def test_cache_view_matches_jit_info_and_shows_listings() -> None:
     assert "hit rate" in view.static_text()
 
 
+def test_cache_view_says_which_bucket_shares_which_code() -> None:
+    @jit(cache_mode="bucket", bucket_boundaries=(8, 64))
+    def bucketed(x: VECTOR):
+        return msvm.ops.relu(x * 2.0 + 1.0)
+
+    hot(bucketed, np.ones(5, np.float32))
+    hot(bucketed, np.ones(40, np.float32))
+    view = JITCacheView(function="bucketed")
+    first, second = view.entries
+    assert first["code_from"] is None and second["code_from"] == first["name"]
+    assert "code_from" in view.table.value
+    view.picker.value = second["name"]
+    assert f"shares the machine code of {first['name']}" in view.code.value
+
+
 def test_fallback_entries_are_red_with_their_reason() -> None:
     vm._inject_compile_fault("error")
     block = make_block()

@@ -17,7 +17,8 @@ from . import theme
 from .fallback import StaticFallback
 
 COLUMNS = ("name", "function", "region", "mode", "status", "hits", "waiting", "compile_ms", "compile_cpu_ms",
-           "interp_ms", "native_ms", "saved_ms", "code_bytes", "planned_bytes", "naive_bytes", "reason")
+           "interp_ms", "native_ms", "saved_ms", "code_bytes", "code_from", "planned_bytes", "naive_bytes",
+           "reason")
 KINDS = ("bytecode", "llvm", "llvm-opt", "asm")
 
 
@@ -89,6 +90,8 @@ class JITCacheView(StaticFallback, widgets.VBox):
         for key, label in (("symbols", "symbols"), ("bounds", "arena bounds"), ("phase_ms", "phases (ms)")):
             if entry.get(key):
                 detail += f"; {label}: {theme.cell_text(entry[key])}"
+        if entry.get("code_from"):
+            detail += f"; shares the machine code of {entry['code_from']} (another bucket: compiled once)"
         if entry.get("reason"):
             detail += f"; reason: {entry['reason']}"
         self.code.value = theme.page(theme.note(detail) + theme.code_block(text), "msvm-jit-code")
