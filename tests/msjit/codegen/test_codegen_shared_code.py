@@ -44,17 +44,25 @@ def _module():
     return region(_gemms, REGIONS["gemms"][1])
 
 
-def test_the_next_bucket_shares_the_first_ones_code_with_its_own_arena():
-    m = _module()
-    small = compile_region(m, "f", name="shared_a", bounds={"N": 16}, mem_optimize=True, share=101)
-    large = compile_region(m, "f", name="shared_b", bounds={"N": 4096}, mem_optimize=True, share=101)
-    assert small.code_from is None and large.code_from == "shared_a"
-    assert large.phase_ms["optimise"] == 0.0 and large.phase_ms["codegen"] == 0.0  # no LLVM build
-    assert large.lowered.planned_bytes > small.lowered.planned_bytes
-    w = rand((64, 48))
-    for r, n in ((small, 16), (large, 3000), (small, 5), (large, 17)):
-        x = rand((n, 64))
-        assert_close(r.fn(x, w), interpret(m, x, w))
+SHAPES = {  # inputs within the small bucket, then within the large one
+    "gemms": ([(9, 64), (64, 48)], [(3000, 64), (64, 48)]),
+    "rows": ([(11, 64), (64,)], [(20000, 64), (64,)]),
+    "resnet": ([(1, 3, 16, 13)], [(9, 3, 40, 64)]),
+}
+
+
+@pytest.mark.parametrize("case", REGIONS)
+def test_the_next_bucket_shares_the_first_ones_code_with_its_own_arena(case):
+    body, inputs, small, large = REGIONS[case]
+    m = region(body, inputs)
+    share = 100 + list(REGIONS).index(case)
+    first = compile_region(m, "f", name="shared_a", bounds=small, mem_optimize=True, share=share)
+    second = compile_region(m, "f", name="shared_b", bounds=large, mem_optimize=True, share=share)
+    assert first.code_from is None and second.code_from == "shared_a"
+    assert second.phase_ms["optimise"] == 0.0 and second.phase_ms["codegen"] == 0.0  # no LLVM build
+    for r, shapes in zip((first, second), SHAPES[case]):
+        args = [rand(shape) for shape in shapes]
+        assert_close(r.fn(*args), interpret(m, *args))
 
 
 def test_another_share_generation_builds_its_own_code():
