@@ -124,7 +124,8 @@ def bench_msvm(w: Workload, engine: str, options: dict[str, Any], reference: np.
     ms.vm.wait_for_compiles(120)  # a compile left in flight by the engine before: not this stream's cost
     fn = w.make(**options)
     run = run_stream(engine, fn, w)
-    if "hot_threshold" not in options:  # JIT engines: let queued compiles land, then warm the steady key
+    jit = "hot_threshold" not in options
+    if jit:  # let queued compiles land, then warm the steady key
         ms.vm.wait_for_compiles(120)
         for _ in range(4):
             fn(*w.steady)
@@ -133,10 +134,9 @@ def bench_msvm(w: Workload, engine: str, options: dict[str, Any], reference: np.
     out = fn(*w.steady)
     run.max_abs_err = float(np.max(np.abs(np.asarray(out) - reference)))
     run.probes = probes(fn, w)
-    if "hot_threshold" not in options:
-        run.rewarm = lambda: warm(run.probes)
     measure_switches(run, w, fn)
-    if "hot_threshold" not in options:
+    if jit:
+        run.rewarm = lambda: warm(run.probes)
         run.landing = measure_landing(w, options)
     return run
 

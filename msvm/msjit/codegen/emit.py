@@ -544,21 +544,21 @@ class ModuleEmitter:
                 with b.if_then(b.icmp_unsigned("!=", raised, ir.Constant(I8P, None))):
                     b.ret(ir.Constant(I8P, None))
             values.append(value)
-        if release_gil is False:
-            status = b.call(main, values)
-        elif release_gil:
+        def without_gil() -> ir.Value:
             state = b.call(api("PyEval_SaveThread", I8P), [])
             status = b.call(main, values)
             b.call(api("PyEval_RestoreThread", VOID, I8P), [state])
-        else:
+            return status
+
+        if release_gil is None:  # as the bucket's bounds say
             result = Slot(b, I32)
             release = b.icmp_signed("!=", self.extern(b, ("gil",)), ir.Constant(I64, 0))
-            with b.if_else(release) as (without, keeping):
-                with without:
-                    state = b.call(api("PyEval_SaveThread", I8P), [])
-                    result.set(b.call(main, values))
-                    b.call(api("PyEval_RestoreThread", VOID, I8P), [state])
+            with b.if_else(release) as (released, keeping):
+                with released:
+                    result.set(without_gil())
                 with keeping:
                     result.set(b.call(main, values))
             status = result.get()
+        else:
+            status = without_gil() if release_gil else b.call(main, values)
         b.ret(b.call(from_long, [b.sext(status, I64)]))
