@@ -6,10 +6,10 @@ contiguous copy of k^T, a scaled copy of the scores, and five temporaries for th
 k where it lies (the pool GEMM packs its rows as Bᵀ panels), folds the scale into q (L·E multiplies
 instead of L·S), and runs the softmax in place on the one scores buffer with the native row kernel
 of ``rows`` (numpy's max, exp, sum and divide along the rows cost ≈ 110 µs for 4 × 128²; the row
-kernel ≈ 25). The GEMMs run on the job pool, not OpenBLAS, whose threads spin after each call and
-would take the second core from the pool's kernels around it (``gemm_packed``). Explicit masks go to
-the reference; ``is_causal`` adds a cached −inf upper triangle (one pass; boolean indexing costs 20×
-more).
+kernel 90 on one core, 49 on both). The GEMMs run on the job pool, not OpenBLAS, whose threads
+spin after each call and would take the second core from the pool's kernels around it
+(``gemm_packed``). Explicit masks go to the reference; ``is_causal`` adds a cached −inf upper
+triangle (one pass; boolean indexing costs 20× more).
 """
 
 from __future__ import annotations

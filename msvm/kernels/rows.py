@@ -48,7 +48,10 @@ from .threads import POOL
 FLOATS = ("float32", "float64")
 CHUNK_ELEMENTS = 4096  # elements per claim from the row counter (whole rows, at least one)
 REASSOC = ("reassoc", "contract", "nsz")
-FLOPS_PER_ELEMENT = {"layer_norm": 30, "softmax": 60}  # for how many threads a call is worth
+# Work per element in the pool's flops (what a GEMM does on one core meanwhile), for how many threads
+# a call is worth. A softmax costs ≈ 1.4 ns an element on one core: from ≈ 36 k elements it takes both
+# (attention's 4 × 128² scores: 90 µs on one core, 49 on two; at 60 it never did below 67 k).
+FLOPS_PER_ELEMENT = {"layer_norm": 30, "softmax": 110}
 LN_FRAME = Frame(("x", "out", "weight", "bias", "rows", "n", "chunk", "eps", "counter"),
                  pointers=("x", "out", "weight", "bias"), zeroed=("counter",))
 # softmax(x · scale) per row; ``scale`` and ``eps`` are float64 bit patterns (``f64_bits``); ``safe``: a row

@@ -83,3 +83,13 @@ def test_layer_norm_mixed_dtypes_and_layouts():
     view = x.T.copy().T  # Fortran order: copied first
     np.testing.assert_allclose(kernel(view), REGISTRY["layer_norm"].kernel(x, normalized_shape=(40,)),
                                *TOLERANCE["float32"])
+
+
+def test_attention_scores_softmax_is_worth_both_cores(monkeypatch):
+    """4 heads × 128² scores cost ≈ 90 µs on one core: enough work for a second thread."""
+    from msvm.kernels.threads import MIN_FLOPS_PER_THREAD
+
+    asked: list[float] = []
+    monkeypatch.setattr(rows.POOL, "run", lambda job, frame, *, flops: asked.append(flops))
+    rows.softmax_rows(np.zeros((4, 128, 128), np.float32))
+    assert asked and asked[0] >= 2 * MIN_FLOPS_PER_THREAD
