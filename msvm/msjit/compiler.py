@@ -24,9 +24,10 @@ CPU time the user's process leaves, and a kernel's helper thread waking up preem
 at nice 10 it kept its time slice, and a 2-thread kernel waited for its straggling helper (W1 batch-16
 calls while a worker started, same-run medians: 22.0 ms with no worker, 19.5 idle, 28.4 at nice 10).
 Idle priority alone starved it for good while the program called OpenBLAS in a loop (its threads
-spin between calls): a request still unanswered after ``STARVED_S``, for code the program keeps
-asking for, borrows a core from the program's thread pools (OpenBLAS's and the job pool) until it
-is answered.
+spin between calls), and a program looping on one region left it only the gaps between kernels: a
+request for code the program keeps asking for borrows a core from the program's thread pools
+(OpenBLAS's and the job pool) until it is answered — at once when the program is hot on it
+(``HOT_CALLS`` interpreted runs since it was queued), after ``STARVED_S`` when it asks now and then.
 """
 
 from __future__ import annotations
@@ -48,25 +49,29 @@ from ..observe.trace import TRACE, TraceEvent
 from .cache import Entry
 from .stats import EVENTS, format_ns, hit_rate
 
-# A request to the worker unanswered after STARVED_S gets a core lent while the entry it compiles has
-# been asked for WANTED_CALLS times since it was queued. A compile takes 50–150 ms of CPU, and idle
-# gaps usually give it that within half a second; lending sooner only slowed short streams (W3's
-# 100 calls in bucket mode, alternating processes: 359–402 ms lending after 0.1 s, 290–343 never).
+# A request to the worker gets a core lent once the entry it compiles has been asked for HOT_CALLS
+# times since it was queued (a loop on one shape or bucket), or WANTED_CALLS times once the request
+# has been unanswered for STARVED_S. A compile takes 50–150 ms of CPU; a loop left it the gaps
+# between kernels, and its code landed after ≈ 0.55 s (W3 at L = 128, W1 at batch 16 alike) where
+# lending at once lands it in 0.13–0.22 s. Lending costs the program its second core meanwhile: for
+# code asked for now and then (W1's stream of four batch sizes) the idle gaps serve better.
 STARVED_S = 0.5
 WANTED_CALLS = 2
+HOT_CALLS = 8
 _WANTED_POLL_S = 0.02
 _IDLE_TICK_S = 1.0  # how often an idle compiler samples the hit rate for the monitor
 _PROBE_ROUNDS, _PROBE_CALLS = 5, 20  # launch overhead: the fastest round's mean time per call
 
 
 @contextmanager
-def _core_when_starved(wanted: Callable[[], bool], entry: str | None) -> Iterator[None]:
+def _core_when_starved(asked: Callable[[], int], entry: str | None) -> Iterator[None]:
     """Lend the worker a core (one thread fewer in OpenBLAS's pool and in our job pool) while a request
-    is unanswered after ``STARVED_S`` and ``wanted()`` says the program keeps asking for what it
-    compiles. The worker runs at idle priority, so a program calling OpenBLAS or our 2-thread
-    kernels in a loop starved it for good; lending for a compile the program rarely asks for (exact
-    mode in a stream of many shapes) would only slow the program. Monitor events ``core-lent`` and
-    ``core-returned`` (with the milliseconds lent) show it."""
+    is unanswered and the program keeps asking for what it compiles: ``asked()`` (its interpreted runs
+    since it was queued) reaches ``HOT_CALLS``, or ``WANTED_CALLS`` after ``STARVED_S``. The worker
+    runs at idle priority, so a program calling OpenBLAS or our 2-thread kernels in a loop starved
+    it; lending for a compile the program rarely asks for (exact mode in a stream of many shapes)
+    would only slow the program. Monitor events ``core-lent`` and ``core-returned`` (with the
+    milliseconds lent) show it."""
     from ..kernels.threads import POOL  # not at import: interpreting needs neither (nor llvmlite)
     from ..native import blas
 
@@ -74,12 +79,13 @@ def _core_when_starved(wanted: Callable[[], bool], entry: str | None) -> Iterato
     lent_at: list[float] = []
 
     def watch() -> None:
-        if not done.wait(STARVED_S):
-            while not wanted():
-                if done.wait(_WANTED_POLL_S):
-                    return
-            lent_at.append(time.perf_counter())
-            EVENTS.publish("core-lent", entry, blas=blas.lend_core(), pool=POOL.lend_core())
+        starved_at = time.monotonic() + STARVED_S
+        while not done.wait(_WANTED_POLL_S):
+            calls = asked()
+            if calls >= HOT_CALLS or (calls >= WANTED_CALLS and time.monotonic() >= starved_at):
+                lent_at.append(time.perf_counter())
+                EVENTS.publish("core-lent", entry, blas=blas.lend_core(), pool=POOL.lend_core())
+                return
 
     watcher = threading.Thread(target=watch, name="msvm-jit-starved", daemon=True)
     watcher.start()
@@ -97,24 +103,24 @@ def _core_when_starved(wanted: Callable[[], bool], entry: str | None) -> Iterato
 class _Worker:
     """The compile worker as the code generator sees it: our timeout, and a fault injected for a test."""
 
-    def __init__(self, worker: CompileWorker, inject: str | None, wanted: Callable[[], bool],
+    def __init__(self, worker: CompileWorker, inject: str | None, asked: Callable[[], int],
                  entry: str | None) -> None:
         self._worker = worker
         self._inject = inject
-        self._wanted = wanted
+        self._asked = asked
         self._entry = entry
 
     def compile(self, ir: str, timeout_s: float | None = None, **options: Any) -> Any:
         del timeout_s  # compile_timeout_ms decides
         if self._inject is not None:
             options["inject"] = self._inject
-        with _core_when_starved(self._wanted, self._entry):
+        with _core_when_starved(self._asked, self._entry):
             return self._worker.compile(ir, CONTEXT.compile_timeout_ms / 1000.0, **options)
 
     def call(self, target: str, header: dict[str, Any], payload: bytes = b"", timeout_s: float | None = None
              ) -> Any:
         del timeout_s  # compile_timeout_ms decides
-        with _core_when_starved(self._wanted, self._entry):
+        with _core_when_starved(self._asked, self._entry):
             return self._worker.call(target, header, payload, CONTEXT.compile_timeout_ms / 1000.0,
                                      inject=self._inject)
 
@@ -295,7 +301,7 @@ class CompilerThread:
         backend = self._backend
         if backend is None:
             from .codegen import compile_region as backend
-        client = self._client(fault, lambda: entry.waiting >= WANTED_CALLS, entry.name)
+        client = self._client(fault, lambda: entry.waiting, entry.name)
         return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
                        via_worker=client, bounds=bounds or None, share=self._share)
 
@@ -305,7 +311,7 @@ class CompilerThread:
         The worker process starts while this thread imports the code generator (each takes
         0.15–0.2 s in a fresh process)."""
         t0 = time.perf_counter_ns()
-        client = self._client(None, self._queue_wanted, None)
+        client = self._client(None, self._queue_asked, None)
         client.prestart(preload="msvm.msjit.codegen.region")  # its import overlaps this thread's
         from .codegen import compile_region
 
@@ -320,14 +326,15 @@ class CompilerThread:
         EVENTS.publish("warm", None, ms=(time.perf_counter_ns() - t0) / 1e6,
                        launch_overhead=format_ns(self.launch_overhead_ns))
 
-    def _client(self, fault: str | None, wanted: Callable[[], bool], entry: str | None) -> _Worker:
+    def _client(self, fault: str | None, asked: Callable[[], int], entry: str | None) -> _Worker:
         if self._worker is None:
             self._worker = CompileWorker(idle=True)
-        return _Worker(self._worker, fault, wanted, entry)
+        return _Worker(self._worker, fault, asked, entry)
 
-    def _queue_wanted(self) -> bool:
-        """Is some queued entry asked for (what the worker's start-up, during the warm-up, is for)?"""
-        return any(e.waiting >= WANTED_CALLS for e in list(self._queue))
+    def _queue_asked(self) -> int:
+        """How often the queued entry most asked for was asked (what the worker's start-up, during the
+        warm-up, is for)."""
+        return max((e.waiting for e in list(self._queue)), default=0)
 
     @contextmanager
     def _phase(self, entry: Entry, phase: str, record: bool = True) -> Iterator[None]:

@@ -29,20 +29,22 @@ def lends(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-@pytest.mark.parametrize(("request_s", "wanted_after_s", "lent"), [
-    (0.01, 0.0, False),  # answered before it counts as starved
-    (0.6, 0.0, True),  # starved, and the program keeps asking for it
-    (0.6, None, False),  # starved, but nobody waits for this code
-    (0.6, 0.3, True),  # the program starts asking while it is starved
+@pytest.mark.parametrize(("request_s", "calls", "asked_after_s", "lent"), [
+    (0.01, compiler.WANTED_CALLS, 0.0, False),  # answered before it counts as starved
+    (0.6, compiler.WANTED_CALLS, 0.0, True),  # starved, and the program keeps asking for it
+    (0.6, compiler.WANTED_CALLS, None, False),  # starved, but nobody waits for this code
+    (0.6, compiler.WANTED_CALLS, 0.3, True),  # the program starts asking while it is starved
+    (0.08, compiler.HOT_CALLS, 0.0, True),  # a loop on this code: lent before it counts as starved
+    (0.08, compiler.HOT_CALLS - 1, 0.0, False),  # asked for, but not yet hot
 ])
-def test_a_starved_request_borrows_a_core_only_while_wanted(lends, request_s, wanted_after_s, lent) -> None:
+def test_a_request_borrows_a_core_only_while_asked_for(lends, request_s, calls, asked_after_s, lent) -> None:
     t0 = time.monotonic()
 
-    def wanted() -> bool:
-        return wanted_after_s is not None and time.monotonic() - t0 >= wanted_after_s
+    def asked() -> int:
+        return calls if asked_after_s is not None and time.monotonic() - t0 >= asked_after_s else 0
 
     since = max((e["seq"] for e in ms.vm.jit_monitor().events()), default=0)
-    with compiler._core_when_starved(wanted, "jit_cache_test"):
+    with compiler._core_when_starved(asked, "jit_cache_test"):
         time.sleep(request_s)
     given_back = ["return", "pool return"]
     assert lends == (["lend", "pool lend", *given_back] if lent else given_back)
