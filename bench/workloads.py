@@ -185,8 +185,8 @@ def measure_steady(runs: list[Run]) -> None:
 
 def measure_landing(w: Workload, options: dict[str, Any]) -> tuple[float, int]:
     """A fresh function called on the steady input in a loop, as a program would: seconds and calls
-    until one ran native code (``LANDING_LIMIT_S`` at most). The compile worker only gets the CPU
-    the loop leaves, or a core the loop lends it once starved (``msvm.msjit.compiler``)."""
+    until one ran native code (``LANDING_LIMIT_S`` at most). The compile worker gets the CPU the loop
+    leaves, and a core the loop lends it once the loop is hot on that code (``msvm.msjit.compiler``)."""
     ms.vm.reset()
     fn = w.make(**options)
     t0, calls = time.perf_counter(), 0
