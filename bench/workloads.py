@@ -4,8 +4,9 @@ Engines measured in the same run: numpy eager (the reference; every engine's out
 against it), the msvm interpreter (JIT off), msvm with the JIT in each relevant cache mode, and
 torch eager / torch.compile when torch is installed (jax.jit when jax is). Per workload: steady
 state median (sampled in turns over the engines once all have run: ``measure_steady``), the first
-call after each new shape, the whole stream's wall time with every
-compile included, compiles, cache entries and hit rate, how long a loop on the steady input runs
+call after each new shape, the whole stream's wall time with every compile included (the median of
+``STREAM_ROUNDS`` runs from a fresh function and an empty cache, taken in turns: ``measure_streams``),
+compiles, cache entries and hit rate, how long a loop on the steady input runs
 before its first native call (the JIT engines), and GFLOP/s or GB/s against the sgemm
 peak and memory bandwidth this suite measures on the machine — around each workload: the better of
 the measurements just before and just after it, since on a shared machine both drift by 20–40 %
@@ -33,6 +34,7 @@ from .models import Workload, workloads
 BUCKETS = (1, 4, 16, 64, 256, 1024)
 SWITCH_PASSES = 3
 STEADY_ROUNDS, STEADY_SAMPLE_S = 9, 0.1  # steady medians: rounds over every engine, one sample each
+STREAM_ROUNDS = 3  # stream totals: the median of this many runs of the whole stream per engine
 SETTLE_S = 0.2  # before each engine's sample: the last engine's BLAS/OpenMP threads stop spinning
 LANDING_LIMIT_S = 10.0  # how long measure_landing waits for a first native call
 
@@ -41,7 +43,8 @@ LANDING_LIMIT_S = 10.0  # how long measure_landing waits for a first native call
 class Run:
     engine: str
     steady: float | None = None
-    stream_total: float | None = None
+    stream_total: float | None = None  # the median of stream_totals
+    stream_totals: list[float] = field(default_factory=list)
     call_times: list[float] = field(default_factory=list)
     first_calls: dict[tuple, float] = field(default_factory=dict)  # shape → first-call latency
     compiles: int | None = None
@@ -56,6 +59,7 @@ class Run:
     landing: tuple[float, int] | None = None  # a fresh loop on the steady input: (s, calls) to a native run
     probes: dict[str, Callable[[], Any]] = field(default_factory=dict, repr=False)  # "steady"/label -> a call
     rewarm: Callable[[], None] | None = field(default=None, repr=False)  # compile the probes' keys again
+    restream: Callable[[], float] | None = field(default=None, repr=False)  # the stream afresh: its total
 
 
 def machine_peaks() -> tuple[float, float]:
@@ -85,6 +89,7 @@ def run_stream(engine: str, fn: Callable[..., Any], w: Workload, convert=lambda 
         run.call_times.append(dt)
         run.first_calls.setdefault(_key(raw), dt)
     run.stream_total = time.perf_counter() - t_start
+    run.stream_totals.append(run.stream_total)
     return run
 
 
@@ -119,11 +124,18 @@ def _jit_stats(run: Run, fname: str) -> None:
     run.hit_rate = ms.vm.get_jit_hit_rate()  # the cache was reset before this engine ran
 
 
-def bench_msvm(w: Workload, engine: str, options: dict[str, Any], reference: np.ndarray) -> Run:
+def fresh_stream(w: Workload, options: dict[str, Any]) -> tuple[Callable[..., Any], Run]:
+    """The stream through a new function, with the JIT cache emptied: every compile is this run's."""
     ms.vm.reset()
     ms.vm.wait_for_compiles(120)  # a compile left in flight by the engine before: not this stream's cost
     fn = w.make(**options)
-    run = run_stream(engine, fn, w)
+    return fn, run_stream("", fn, w)
+
+
+def bench_msvm(w: Workload, engine: str, options: dict[str, Any], reference: np.ndarray) -> Run:
+    fn, run = fresh_stream(w, options)
+    run.engine = engine
+    run.restream = lambda: fresh_stream(w, options)[1].stream_total
     jit = "hot_threshold" not in options
     if jit:  # let queued compiles land, then warm the steady key
         ms.vm.wait_for_compiles(120)
@@ -183,6 +195,22 @@ def measure_steady(runs: list[Run]) -> None:
             runs[i].also_steady[label] = statistics.median(times)
 
 
+def measure_streams(runs: list[Run]) -> None:
+    """Stream totals as medians: ``STREAM_ROUNDS − 1`` more runs of each engine's whole stream
+    (``Run.restream``: a fresh function and cache, so compiles count every time), in turns over the
+    engines like ``measure_steady``'s samples — one 0.2–0.3 s stream on a machine that drifts 20–30 %
+    within seconds was a coin toss between engines a few percent apart. The first calls, compiles and
+    cache figures stay those of the first run."""
+    for _ in range(STREAM_ROUNDS - 1):
+        for run in runs:
+            if run.restream is not None:
+                time.sleep(SETTLE_S)
+                run.stream_totals.append(run.restream())
+    for run in runs:
+        if run.stream_totals:
+            run.stream_total = statistics.median(run.stream_totals)
+
+
 def measure_landing(w: Workload, options: dict[str, Any]) -> tuple[float, int]:
     """A fresh function called on the steady input in a loop, as a program would: seconds and calls
     until one ran native code (``LANDING_LIMIT_S`` at most). The compile worker gets the CPU the loop
@@ -217,7 +245,13 @@ def bench_torch(w: Workload, compiled: bool, reference: np.ndarray) -> Run:
         with torch.inference_mode():
             return fn(*args)
 
+    def restream() -> float:
+        with torch.inference_mode():
+            return run_stream(engine, fn, w, torch.from_numpy).stream_total
+
     run.probes = probes(inferring, w, torch.from_numpy)
+    if not compiled:  # torch.compile's graphs stay cached: a fresh start costs seconds per model
+        run.restream = restream
     return run
 
 
@@ -228,6 +262,7 @@ def bench_workload(w: Workload, args: argparse.Namespace, torch_mod: Any) -> lis
     numpy_run = run_stream("numpy eager", fn_ref.py_func, w)
     numpy_run.probes = probes(fn_ref.py_func, w)
     numpy_run.max_abs_err = 0.0
+    numpy_run.restream = lambda: run_stream("", fn_ref.py_func, w).stream_total
     measure_switches(numpy_run, w, fn_ref.py_func)
     runs.append(numpy_run)
     runs.append(bench_msvm(w, "msvm interp", {"hot_threshold": 1 << 30}, reference))
@@ -246,6 +281,7 @@ def bench_workload(w: Workload, args: argparse.Namespace, torch_mod: Any) -> lis
                 runs.append(bench_torch(w, True, reference))
             except Exception as exc:  # torch.compile may be unavailable (no compiler toolchain)
                 runs.append(Run("torch.compile", error=f"{type(exc).__name__}: {str(exc)[:80]}"))
+    measure_streams(runs)
     measure_steady(runs)
     return runs
 
@@ -291,7 +327,7 @@ def report(w: Workload, runs: list[Run], peaks: tuple[float, float]) -> str:
         "rate",
         "first call (median)",
         "first call (max)",
-        f"stream total ({len(w.stream)} calls)",
+        f"stream total ({len(w.stream)} calls, median of {STREAM_ROUNDS})",
         "compiles",
         "entries",
         "hit rate",
@@ -320,6 +356,9 @@ def report(w: Workload, runs: list[Run], peaks: tuple[float, float]) -> str:
         times = ", ".join(f"{r.engine} {fmt_time(r.landing[0])} ({r.landing[1]} calls)"
                           + ("" if r.landing[0] < LANDING_LIMIT_S else " — none yet") for r in landed)
         out += f"\na fresh loop on the steady input, first native call after: {times}"
+    for r in runs:
+        if 0 < len(r.stream_totals) < STREAM_ROUNDS:
+            out += f"\n{r.engine}: stream total from {len(r.stream_totals)} run(s)"
     for r in runs:
         if r.compile_ms:
             cpu = f" (CPU {statistics.median(r.compile_cpu_ms):.1f})" if r.compile_cpu_ms else ""
