@@ -52,9 +52,10 @@ from .stats import EVENTS, format_ns, hit_rate
 # A request to the worker gets a core lent once the entry it compiles has been asked for HOT_CALLS
 # times since it was queued (a loop on one shape or bucket), or WANTED_CALLS times once the request
 # has been unanswered for STARVED_S. A compile takes 50–150 ms of CPU; a loop left it the gaps
-# between kernels, and its code landed after ≈ 0.55 s (W3 at L = 128, W1 at batch 16 alike) where
-# lending at once lands it in 0.13–0.22 s. Lending costs the program its second core meanwhile: for
-# code asked for now and then (W1's stream of four batch sizes) the idle gaps serve better.
+# between kernels, and its code landed after 0.55–0.65 s (W1 at batch 16, W3 at L = 128, bucket and
+# exact alike) where lending after 8 calls lands it in 0.28–0.39 s (W1) and 0.10–0.17 s (W3). Lending
+# costs the program its second core meanwhile: for code asked for now and then (W1's stream of four
+# batch sizes) the idle gaps serve better.
 STARVED_S = 0.5
 WANTED_CALLS = 2
 HOT_CALLS = 8
