@@ -210,15 +210,16 @@ def softmax_rows(x: np.ndarray, out: np.ndarray | None = None, *, scale: float =
     return out
 
 
-_AFFINE: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}  # the weight and bias of "absent"
+# the weight and bias of "absent", by (n, dtype): a dtype is its own key (``dtype.name`` costs µs a call)
+_AFFINE: dict[tuple[int, np.dtype], tuple[np.ndarray, np.ndarray]] = {}
 
 
 def layer_norm_rows(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, n: int, eps: float
                     ) -> np.ndarray:
     """layer_norm of ``x`` over its trailing ``n`` elements (weight/bias: ``n`` elements each, or None)."""
     x = np.ascontiguousarray(x)
-    ones, zeros = _AFFINE.get((n, x.dtype.name)) or _AFFINE.setdefault(
-        (n, x.dtype.name), (np.ones(n, x.dtype), np.zeros(n, x.dtype)))
+    ones, zeros = _AFFINE.get((n, x.dtype)) or _AFFINE.setdefault(
+        (n, x.dtype), (np.ones(n, x.dtype), np.zeros(n, x.dtype)))
     weight = ones if weight is None else np.ascontiguousarray(weight, x.dtype).reshape(n)
     bias = zeros if bias is None else np.ascontiguousarray(bias, x.dtype).reshape(n)
     out = np.empty(x.shape, x.dtype)

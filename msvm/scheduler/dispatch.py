@@ -32,7 +32,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any, NamedTuple
 
@@ -249,7 +249,8 @@ class Dispatcher:
         self.address = address
         self.pooled = pooled  # large outputs of kernels taking ``out=`` come from the pool
         self.decisions: dict[Any, Choice] = {}
-        self.classes: dict[Any, tuple[Variant | None, str]] = {}  # shape class -> cost-model pick
+        # shape class -> the cost model's pick, why, and its choice where not made for one shape only
+        self.classes: dict[Any, tuple[Variant | None, str, Choice | None]] = {}
         self._kernels: dict[str, Callable[..., Any]] = {}
         self._takes_out: dict[str, bool] = {}  # variant name -> does its kernel take ``out=``
         self._tls = threading.local()
@@ -293,21 +294,26 @@ class Dispatcher:
 
         Under the cost model, the shapes of one class (``shape_class``) share a pick while it applies
         to them: the model is smooth in the sizes, and a stream of lengths would otherwise pay for a
-        pick (estimates of every candidate, ≈ 0.2 ms per site) on every call.
+        pick (estimates of every candidate, ≈ 0.2 ms per site) on every call. They share the choice
+        too, unless its output comes from the pool (the pooled call is made for one output shape).
         """
-        shapes = tuple(tuple(a.shape) for a in arrays)
+        shapes = tuple([a.shape for a in arrays])
         attrs = {**self.static, **dyn}
         cls = (shape_class(shapes), tuple(dyn.items())) if CONTEXT.kernel_policy == "cost" else None
         shared = self.classes.get(cls) if cls is not None else None
         if shared is not None and (shared[0] is None or _applies(shared[0], shapes, attrs)):
-            variant, reason = shared
+            variant, reason, choice = shared
+            if choice is None:
+                choice = self._choice(variant, reason, arrays, attrs)
         else:
             variant, reason = self._pick(shapes, attrs, arrays, dyn)
+            choice = self._choice(variant, reason, arrays, attrs)
             if cls is not None:
                 if len(self.classes) >= _MAX_SHAPES_PER_SITE:
                     self.classes.clear()
-                self.classes[cls] = variant, f"{reason} [shape class of {_fmt_shapes(shapes)}]"
-        choice = self._choice(variant, reason, arrays, attrs)
+                reason = f"{reason} [shape class of {_fmt_shapes(shapes)}]"
+                pooled = choice.run is not self._kernel(variant)  # made for this output shape
+                self.classes[cls] = variant, reason, None if pooled else replace(choice, reason=reason)
         if len(self.decisions) >= _MAX_SHAPES_PER_SITE:
             self.decisions.clear()
         self.decisions[key] = choice
@@ -419,7 +425,7 @@ def _name(variant: Variant | None) -> str:
 
 def shape_class(shapes: Sequence[tuple[int, ...]]) -> tuple:
     """The shapes with every dim above 16 rounded up to a power of two (dims up to 16 stay exact)."""
-    return tuple(tuple(d if d <= 16 else 1 << (d - 1).bit_length() for d in s) for s in shapes)
+    return tuple([tuple([d if d <= 16 else 1 << (d - 1).bit_length() for d in s]) for s in shapes])
 
 
 def _applies(variant: Variant, shapes: tuple, attrs: Mapping[str, Any]) -> bool:

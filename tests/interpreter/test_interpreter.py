@@ -185,6 +185,35 @@ def test_resource_limits_checked_before_allocating(limits):
     assert err.value.code == "E-LIMIT-CALL"
 
 
+def test_registers_of_one_shape_are_checked_once_and_each_counted(limits):
+    def build(f, x):
+        a = f.tensor_input(0, "[N]", "float32")
+        n = f.shape_of(a, 0)
+        b1 = f.tensor_alloc([n, n], "float64")
+        b2 = f.tensor_alloc([n, n], "float64")
+        f.ret(f.call("add", [b1, b2]))
+
+    fn = program(build)
+    first = next(s.address for s in fn.steps if s.opname == "TENSOR_ALLOC")
+    limits(max_tensor_bytes=700)
+    with pytest.raises(ResourceLimitError) as err:
+        fn(np.ones(10, np.float32))  # three [10, 10] float64 registers, 800 bytes each
+    assert err.value.code == "E-LIMIT-TENSOR" and err.value.address == first
+    limits(max_tensor_bytes=1 << 30, max_call_bytes=2000)
+    with pytest.raises(ResourceLimitError) as err:
+        fn(np.ones(10, np.float32))  # 40 + 3 × 800 bytes: over, though one of each shape is not
+    assert err.value.code == "E-LIMIT-CALL"
+    limits(max_call_bytes=3000)
+    assert fn(np.ones(10, np.float32)).shape == (10, 10)
+
+
+def test_an_input_of_foreign_byte_order_is_refused():
+    fn = program(lambda f, x: f.ret(f.call("neg", [f.tensor_input(0, "[N]", "float32")])))
+    with pytest.raises(ShapeError) as err:
+        fn(np.ones(3, ">f4" if np.little_endian else "<f4"))  # the kernels read native floats
+    assert err.value.code == "E-SHAPE-DTYPE" and "must have dtype float32" in str(err.value)
+
+
 def test_runtime_sized_ops_are_checked(limits):
     def build(f, x, n):
         f.tensor_input(0, "[N]", "float32")

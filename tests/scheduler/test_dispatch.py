@@ -86,6 +86,39 @@ def test_cost_picks_are_shared_within_a_shape_class(fake_variants, monkeypatch):
     assert [shapes[0][0] for shapes in picked] == [65, 90]
 
 
+class WritesOut(Counting):
+    """A fake variant whose kernel can write into a given ``out=`` (so its big outputs are pooled)."""
+
+    def make(self, attrs):
+        def kernel(*arrays, out=None):
+            self.calls += 1
+            result = self.reference(*arrays, **attrs)
+            if out is None:
+                return result
+            out[...] = result
+            return out
+
+        return kernel
+
+
+@pytest.mark.parametrize("variant", [Counting, WritesOut])
+def test_a_shape_class_shares_its_choice_unless_the_output_is_pooled(fake_variants, variant):
+    fast, slow = variant("matmul", "fast", MATMUL), Counting("matmul", "slow", MATMUL)
+    fake_variants("matmul", [slow, fast])
+    calibrated("matmul", {"fast": (100.0, 1.0), "slow": (1.0, 1.0), "reference": (1.0, 50.0)})
+    fn = matmul_program()
+    b = rand(8, 512)
+    for m in (65, 90, 128):  # one class; outputs of 130–260 KiB: big enough to pool
+        a = rand(m, 8)
+        out = fn(a, b)
+        assert out.shape == (m, 512)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-5)
+    site = matmul_step(fn).dispatcher
+    later = [site.decisions[((m, 8), (8, 512))] for m in (90, 128)]
+    assert all(c.variant == "fast" and "[shape class of 65x8, 8x512]" in c.reason for c in later)
+    assert (later[0] is later[1]) == (variant is Counting)  # a pooled call is made for its output shape
+
+
 def test_dtype_must_match_for_a_variant_to_be_bound(fake_variants):
     only64 = Counting("matmul", "only64", MATMUL, dtypes=("float64",))
     fake_variants("matmul", [only64])
