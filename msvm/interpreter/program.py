@@ -278,9 +278,10 @@ class Executable:
                     "E-SHAPE-INPUT-TYPE",
                     TypeError,
                 )
-            if value.dtype != ins["dtype"]:  # (numpy compares a dtype with its name: no ``.name`` lookup)
+            # (numpy compares a dtype with its name; ``.name``, several µs, only for another byte order)
+            if value.dtype != ins["dtype"] and value.dtype.name != ins["dtype"]:
                 raise self._input_error(
-                    step, f"must have dtype {ins['dtype']}, got {value.dtype}", "E-SHAPE-DTYPE"
+                    step, f"must have dtype {ins['dtype']}, got {value.dtype.name}", "E-SHAPE-DTYPE"
                 )
             if len(value.shape) == ins["shape"].rank:  # plain symbols first, so any input may bind H for H*2
                 for dim, size in zip(ins["shape"], value.shape):
