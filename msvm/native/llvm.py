@@ -66,9 +66,19 @@ class _Host:
     cpu: str
     features: str
     machine: Any  # the host TargetMachine that optimises and emits objects (used under LLVM_LOCK)
+    emitters: dict[int, Any] = field(default_factory=dict)  # by code generation level, made on first use
 
     def target_machine(self, opt: int = 3) -> Any:
         return _target_machine(self.llvm, self.triple, self.cpu, self.features, opt)
+
+    def emitter(self, level: int) -> Any:
+        """The TargetMachine that emits objects at code generation ``level`` (under LLVM_LOCK)."""
+        if level == 3:
+            return self.machine
+        machine = self.emitters.get(level)
+        if machine is None:
+            machine = self.emitters[level] = self.target_machine(level)
+        return machine
 
 
 def _target_machine(llvm: Any, triple: str, cpu: str, features: str, opt: int = 3) -> Any:
@@ -122,6 +132,10 @@ class CompileTimes:
     @property
     def total_ms(self) -> float:
         return self.parse_ms + self.optimize_ms + self.codegen_ms
+
+    def __add__(self, other: CompileTimes) -> CompileTimes:
+        return CompileTimes(self.parse_ms + other.parse_ms, self.optimize_ms + other.optimize_ms,
+                            self.codegen_ms + other.codegen_ms)
 
     def as_dict(self) -> dict[str, float]:
         return {"parse_ms": self.parse_ms, "optimize_ms": self.optimize_ms, "codegen_ms": self.codegen_ms}
@@ -233,16 +247,18 @@ def compile_ir(ir: str, name: str = "module", *, opt_level: int = 3) -> NativeLi
 
 
 def build_object(ir: str, name: str = "module", *, opt_level: int = 3, unroll: bool = True, slp: bool = True,
-                 with_asm: bool = True, with_ir: bool = True) -> ObjectBuild:
+                 codegen: int = 3, with_asm: bool = True, with_ir: bool = True) -> ObjectBuild:
     """Compile ``ir`` to a relocatable object file for the host (plus, when asked, the optimised IR
     and the assembly: printing them costs as much as a small kernel's compile, so the JIT asks only
     when someone looks). ``unroll=False`` skips the loop unroller (the vectoriser still interleaves),
-    ``slp=False`` the straight-line vectoriser (code whose vectors are loops' or written out)."""
+    ``slp=False`` the straight-line vectoriser (code whose vectors are loops' or written out).
+    ``codegen``: the code generator's level — 0 selects instructions one by one and allocates
+    registers greedily per block, for code without loops about 3× faster to emit."""
     times = CompileTimes()
     with _llvm():
         module = _parse_and_optimize(ir, name, times, opt_level, unroll, slp)
         t0 = time.perf_counter()
-        machine = _init().machine
+        machine = _init().emitter(codegen)
         obj = machine.emit_object(module)
         asm = machine.emit_assembly(module) if with_asm else ""
         times.codegen_ms = (time.perf_counter() - t0) * 1e3
@@ -254,11 +270,12 @@ def emit_object(ir: str, name: str = "module") -> bytes:
     return build_object(ir, name, with_asm=False, with_ir=False).object_code
 
 
-def load_object(obj: bytes, name: str = "object", *, llvm_ir: str = "", optimized_ir: str = "",
-                asm: str = "", times: CompileTimes | None = None) -> NativeLibrary:
-    """Load object code compiled elsewhere (the compile worker); symbols are resolved by name.
+def load_object(obj: bytes | Sequence[bytes], name: str = "object", *, llvm_ir: str = "",
+                optimized_ir: str = "", asm: str = "", times: CompileTimes | None = None) -> NativeLibrary:
+    """Load object code compiled elsewhere (the compile worker): one object, or several that call each
+    other (symbols are resolved by name, across them).
 
-    The object must have been built for this host (compare ``target_identity()``).
+    The objects must have been built for this host (compare ``target_identity()``).
     """
     llvm = binding()
     with _llvm():
@@ -266,7 +283,8 @@ def load_object(obj: bytes, name: str = "object", *, llvm_ir: str = "", optimize
         holder = llvm.parse_assembly("")
         holder.triple = _init().triple
         engine = llvm.create_mcjit_compiler(holder, target_machine())
-        engine.add_object_file(llvm.ObjectFileRef.from_data(bytes(obj)))
+        for part in [obj] if isinstance(obj, (bytes, bytearray)) else obj:
+            engine.add_object_file(llvm.ObjectFileRef.from_data(bytes(part)))
         engine.finalize_object()
         load_ms = (time.perf_counter() - t0) * 1e3
     if times is None:

@@ -93,15 +93,10 @@ def _probe_data_offset() -> int | None:
 DATA_OFFSET = _probe_data_offset()
 
 
-# Kernels the entry calls once, directly, and smaller than this (IR instructions) are merged into it:
-# those without loops always, those with loops up to ``INLINE_LOOP_BUDGET`` instructions in all. Why:
-# LLVM's passes cost ~2-3 ms per function here however small it is, and most kernels only fill a
-# job's frame or call BLAS (LLVM optimise + codegen, same-process medians: W1 bucket 117 -> 95 ms, W3
-# bucket 71 -> 61); but loop nests merged into one function cost more than apart once there are many
-# (a region of 120 small loop kernels: 0.87 s apart, 1.13 s with 97 of them merged), and W6's one
-# 200-op loop took 12 % longer merged.
+# Kernels without loops (they fill a job's frame, call BLAS or a native kernel) that the entry calls
+# once, directly, and smaller than this (IR instructions) are merged into it: LLVM's passes cost a few
+# ms per function here however small it is.
 INLINE_MAX_INSTRUCTIONS = 300
-INLINE_LOOP_BUDGET = 1000
 
 
 def _has_loop(fn: ir.Function) -> bool:
@@ -111,15 +106,29 @@ def _has_loop(fn: ir.Function) -> bool:
                if block.terminator is not None for op in block.terminator.operands)
 
 
-def _inline_if_small(fn: ir.Function, budget: int) -> int:
-    """Mark ``fn`` to be inlined if it is small enough; return what it takes of the loop budget."""
-    size = sum(len(block.instructions) for block in fn.blocks)
-    cost = size if _has_loop(fn) else 0
-    if size >= INLINE_MAX_INSTRUCTIONS or cost > budget:
-        return 0
-    fn.attributes.discard("noinline")
-    fn.attributes.add("alwaysinline")
-    return cost
+def _inline_if_small(fn: ir.Function) -> None:
+    if sum(len(block.instructions) for block in fn.blocks) < INLINE_MAX_INSTRUCTIONS:
+        fn.attributes.discard("noinline")
+        fn.attributes.add("alwaysinline")
+
+
+def _reachable(roots: Sequence[ir.Function], outside: set[ir.Function]) -> list[ir.Function]:
+    """``roots`` and every function they call or take the address of, transitively, but for those
+    ``outside`` (defined in another module), in the order found."""
+    found = dict.fromkeys(roots)
+    todo = list(roots)
+    while todo:
+        for block in todo.pop().blocks:
+            for ins in block.instructions:
+                for value in [*ins.operands, getattr(ins, "callee", None)]:
+                    if isinstance(value, ir.Function) and value not in found and value not in outside:
+                        found[value] = None
+                        todo.append(value)
+    return list(found)
+
+
+def _declaration(fn: ir.Function) -> str:
+    return f"declare {fn.ftype.return_type} {fn.get_reference()}({', '.join(map(str, fn.ftype.args))})"
 
 
 class FnBuilder:
@@ -348,6 +357,27 @@ class ModuleEmitter:
         self.externs: dict[externs.Key, int] = {}  # key -> slot in the table at ``@msvm_externs``
         self._table = ir.GlobalVariable(self.module, I64.as_pointer(), externs.GLOBAL)
         self._table.initializer = ir.Constant(I64.as_pointer(), None)
+        self._loops: list[ir.Function] = []  # what goes to the loop module (``texts``)
+
+    def texts(self) -> tuple[str, str]:
+        """The region as two modules' IR: the entry module (the entry, its twin, the kernels without
+        loops) and the loop module (every kernel with loops and the functions the entry calls it
+        through; "" when there is none), each with the helpers its functions use. Why two: the entry
+        module's code runs once per call and is compiled without optimising it (``region``). The loop
+        module's name is not the entry's: the next bucket's IR is the same but for that name."""
+        module = self.module
+        loops = set(self._loops)
+        exported = [fn for fn in self._loops if fn.linkage != "internal"]
+        roots = [fn for fn in module.functions if fn.blocks and fn not in loops and fn.linkage != "internal"]
+        target = [f'target triple = "{module.triple}"', f'target datalayout = "{module.data_layout}"', ""]
+        meta = [str(md) for md in module.metadata]
+        entry = [f'; ModuleID = "{module.name}"', *target, str(self._table)]
+        entry += [*map(str, _reachable(roots, loops)), *map(_declaration, exported), *meta]
+        if not loops:
+            return "\n".join(entry) + "\n", ""
+        table = f"{self._table.get_reference()} = external global {self._table.value_type}"
+        loop = ['; ModuleID = "loops"', *target, table, *map(str, _reachable(exported, set())), *meta]
+        return "\n".join(entry) + "\n", "\n".join(loop) + "\n"
 
     def extern(self, b: ir.IRBuilder, key: externs.Key) -> ir.Value:
         """Load the address ``key`` names from the extern table, at ``b`` (i64)."""
@@ -400,7 +430,6 @@ class ModuleEmitter:
         b.store(ir.Constant(I32, 0), status)
         done = fn.append_basic_block("fail")
         values = dict(zip(self.params, params))
-        budget = INLINE_LOOP_BUDGET
         # While only small loops run, keeping the GIL is cheaper than handing it over. Symbolic work is
         # compared with PARALLEL_MIN at run time and the GIL released as the bucket's bounds say
         # (``may_be_big``, the table's ("gil",)), whatever they are: one code for every bucket.
@@ -415,8 +444,10 @@ class ModuleEmitter:
                 release_gil = None
             if THREADS > 1 and big and kfn.split_extent is not None:
                 self._split_call(b, kfn, ptrs, list(params), values, work, status)
+            elif _has_loop(kfn.fn):
+                b.call(self._whole(kfn), [*ptrs, *params, status])
             else:
-                budget -= _inline_if_small(kfn.fn, budget)
+                _inline_if_small(kfn.fn)
                 b.call(kfn.fn, [*ptrs, *params, ir.Constant(I64, 0), ir.Constant(I64, INT64_MAX), status])
             if kernel.can_fail:
                 ok = fn.append_basic_block("ok")
@@ -461,7 +492,21 @@ class ModuleEmitter:
                 job = b.bitcast(self._chunk_runner(kfn), I8P)
                 run_on_pool(b, lambda key: self.extern(b, key), job, fields, ir.Constant(I64, THREADS))
             with inline:
-                b.call(kfn.fn, [*ptrs, *params, ir.Constant(I64, 0), ir.Constant(I64, INT64_MAX), status])
+                b.call(self._whole(kfn), [*ptrs, *params, status])
+
+    def _whole(self, kfn: FnBuilder) -> ir.Function:
+        """``kfn`` over its whole range ``[0, ∞)``, a function of the loop module (``texts``) the entry
+        calls (LLVM propagates the range into the kernel where this is its only caller)."""
+        types = kfn.fn.function_type.args
+        fn_type = ir.FunctionType(VOID, [*types[:-3], types[-1]])
+        fn = ir.Function(self.module, fn_type, name=f"{kfn.fn.name}_whole")
+        fn.attributes.add("nounwind")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        *fixed, status = fn.args
+        b.call(kfn.fn, [*fixed, ir.Constant(I64, 0), ir.Constant(I64, INT64_MAX), status])
+        b.ret_void()
+        self._loops += [kfn.fn, fn]
+        return fn
 
     def _chunk_runner(self, kfn: FnBuilder) -> ir.Function:
         """The job ``void run(i64* frame)``: take a thread number, then claim chunks ``[start, start +
@@ -469,8 +514,8 @@ class ModuleEmitter:
         (the frame: ``kfn``'s arguments before ``lo`` as i64 each, then the counter, the extent, the
         chunk size and the thread-number counter)."""
         fn = ir.Function(self.module, ir.FunctionType(VOID, [I64.as_pointer()]), name=f"{kfn.fn.name}_chunks")
-        fn.linkage = "internal"
         fn.attributes.add("nounwind")
+        self._loops += [kfn.fn, fn]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         frame = fn.args[0]
 

@@ -8,6 +8,11 @@ What comes back is the object code and the lowering as plain data (``LoweredRegi
 code reads every process-specific address from its extern table (``externs``), bound at load.
 Every phase is timed.
 
+A region is two LLVM modules (``ModuleEmitter.texts``), two objects loaded together: its kernels with
+loops, optimised (``PIPELINE``), and the entry with the rest — frames for native jobs, BLAS calls —
+which runs once per call and is not (``ENTRY_PIPELINE``): LLVM's CPU per region, same-process
+medians, W1 55 → 38 ms, W3 28 → 17, W1's bucket region 92 → 57, W3's 47–59 → 29–40.
+
 A bucket's bounds reach the code only through that table too (arena offsets, per-thread slots,
 whether to release the GIL), so every bucket of a region has one IR and one object code: the next
 bucket costs a plan (``lower``'s ``reuse``) and a load (``build_region``), not an LLVM compile.
@@ -48,13 +53,17 @@ DISASSEMBLY_KINDS = ("llvm", "llvm-opt", "asm")
 # vectors, and it cost W1's bucket region 23 of its 64 ms of optimisation — it runs only for regions
 # with a kernel that writes vectors built lane by lane (``Kernel.packs_lanes``).
 PIPELINE = {"opt_level": 2, "unroll": False, "slp": False}
+# The entry module: no optimisation, and the code generator's fastest level (W1's: 10 ms, where the
+# whole region optimised took 53; its native jobs and calls into the loop module ran as fast).
+ENTRY_PIPELINE = {"opt_level": 0, "unroll": False, "slp": False, "codegen": 0}
 
 
 @dataclass
 class LoweredRegion:
     """A region as LLVM IR plus everything needed to call the code compiled from it."""
 
-    ir: str  # unoptimised LLVM IR of the whole region
+    ir: str  # unoptimised LLVM IR of the entry module: the entry, its twin, the kernels without loops
+    loop_ir: str  # of the loop module: the kernels with loops ("" if none)
     entry: str  # exported symbol (raw data pointers); ``entry + "_fast"`` is its METH_FASTCALL twin
     params: list[str]  # run-time symbols, in call order (bucketed dims, then scalar arguments)
     planned_bytes: int  # arena bytes with the memory plan (== naive_bytes without mem_optimize)
@@ -69,9 +78,16 @@ class LoweredRegion:
     release_gil: bool = False  # a kernel may be big at the bounds (``emit.may_be_big``)
     symbol: str = ""  # the entry's name in the object code: another entry's when its code is shared
 
-    @property
-    def pipeline(self) -> dict[str, Any]:
-        return PIPELINE | {"slp": self.slp}
+    def modules(self) -> list[tuple[str, dict[str, Any]]]:
+        """Each module's IR with the options ``build_object`` compiles it with."""
+        modules = [(self.ir, ENTRY_PIPELINE)]
+        if self.loop_ir:
+            modules.append((self.loop_ir, PIPELINE | {"slp": self.slp}))
+        return modules
+
+    def listing(self) -> str:
+        """Both modules' IR, as generated."""
+        return self.ir if not self.loop_ir else f"{self.ir}\n; --- the loop module ---\n{self.loop_ir}"
 
     def numbers(self) -> dict[externs.Key, int]:
         """The extern table's entries that depend on the bounds (``externs``)."""
@@ -106,14 +122,15 @@ class LoweredRegion:
             consts.append([index, c.dtype.name, list(c.shape)])
             if index is None:
                 blocks.append(c.tobytes())
-        ir_bytes = self.ir.encode()
-        header = {"ir_len": len(ir_bytes), "entry": self.entry, "params": self.params,
+        ir_bytes, loop_bytes = self.ir.encode(), self.loop_ir.encode()
+        header = {"ir_len": len(ir_bytes), "loop_ir_len": len(loop_bytes), "entry": self.entry,
+                  "params": self.params,
                   "planned_bytes": self.planned_bytes, "naive_bytes": self.naive_bytes,
                   "kernels": self.kernels,
                   "placements": [list(astuple(p)) for p in self.placements], "launch": self.launch.to_json(),
                   "externs": externs.to_json(self.externs), "constants": consts, "lower_ms": self.lower_ms,
                   "slp": self.slp, "release_gil": self.release_gil, "symbol": self.symbol}
-        return header, [ir_bytes, *blocks]
+        return header, [ir_bytes, loop_bytes, *blocks]
 
     @classmethod
     def from_wire(cls, header: dict[str, Any], data: bytes, module: Module) -> LoweredRegion:
@@ -121,6 +138,8 @@ class LoweredRegion:
         region module, as this process holds it)."""
         at = header["ir_len"]
         ir_text = data[:at].decode()
+        loop_text = data[at:at + header["loop_ir_len"]].decode()
+        at += header["loop_ir_len"]
         constants = []
         for index, dtype, shape in header["constants"]:
             if index is not None:
@@ -132,8 +151,8 @@ class LoweredRegion:
                 at += n
             array.setflags(write=False)
             constants.append(array)
-        return cls(ir_text, header["entry"], header["params"], header["planned_bytes"], header["naive_bytes"],
-                   header["kernels"], [Placement(*p) for p in header["placements"]],
+        return cls(ir_text, loop_text, header["entry"], header["params"], header["planned_bytes"],
+                   header["naive_bytes"], header["kernels"], [Placement(*p) for p in header["placements"]],
                    LaunchSpec.from_json(header["launch"]), externs.from_json(header["externs"]), constants,
                    header["lower_ms"], header["slp"], header["release_gil"], header["symbol"])
 
@@ -167,14 +186,16 @@ def lower(
         em = ModuleEmitter(name, plan.params)
         calls = [(kernel, kernel.emit(em)) for kernel in plan.kernels]
         em.entry(name, plan.inputs, plan.outputs, calls)
-        ir_text, keys, slp = str(em.module), list(em.externs), any(k.packs_lanes() for k in plan.kernels)
+        (ir_text, loop_text), keys = em.texts(), list(em.externs)
+        slp = any(k.packs_lanes() for k in plan.kernels)
         if reuse is not None:
-            _LOWERED.put(reuse, (kernels, ir_text, name, keys, slp))
+            _LOWERED.put(reuse, (kernels, ir_text, loop_text, name, keys, slp))
     else:
-        _, text, was, keys, slp = hit
+        _, text, loop_text, was, keys, slp = hit
         ir_text = text.replace(was, name)
     return LoweredRegion(
         ir_text,
+        loop_text,
         name,
         list(plan.params),
         planned,
@@ -219,31 +240,35 @@ class _Recent:
                 self._items.popitem(last=False)
 
 
-# The IR a region function was lowered to, by ``lowering_key``: (its kernels' descriptions, IR, its entry
-# name, extern keys, slp).
+# The IR a region function was lowered to, by ``lowering_key``: (its kernels' descriptions, the entry and
+# loop modules' IR, its entry name, extern keys, slp).
 _LOWERED = _Recent(32)
 
 
 # Object code by its IR (the entry's name left out), for the next bucket of the same region: its IR
 # is the same but for the name (the bounds reach the code only through the extern table), so it
 # costs a plan, not an LLVM compile (W1's bucket regions: optimise + codegen ≈ 100 ms).
-_OBJECTS = _Recent(32)  # digest -> (object code, the entry name it carries)
+_OBJECTS = _Recent(32)  # digest -> (the modules' object code, the entry name it carries)
 
 
-def build_region(lowered: LoweredRegion, share: int = 0) -> tuple[bytes, CompileTimes]:
-    """The object code of ``lowered``: built, or shared with an entry lowered to the same IR before, in
-    the same ``share`` generation (then ``lowered.symbol`` names that entry, whose name the code
-    carries)."""
-    text = f"{share}\0{lowered.ir.replace(lowered.entry, chr(0))}"
+def build_region(lowered: LoweredRegion, share: int = 0) -> tuple[list[bytes], CompileTimes]:
+    """The object code of ``lowered``'s modules: built, or shared with an entry lowered to the same IR
+    before, in the same ``share`` generation (then ``lowered.symbol`` names that entry, whose name the
+    code carries)."""
+    text = f"{share}\0{lowered.ir.replace(lowered.entry, chr(0))}\0{lowered.loop_ir}"
     digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
     hit = _OBJECTS.get(digest)
     if hit is not None:
         lowered.symbol = hit[1]
         return hit[0], CompileTimes()
-    build = build_object(lowered.ir, lowered.entry, with_asm=False, with_ir=False, **lowered.pipeline)
+    objects, times = [], CompileTimes()
+    for ir_text, options in lowered.modules():
+        build = build_object(ir_text, lowered.entry, with_asm=False, with_ir=False, **options)
+        objects.append(build.object_code)
+        times += build.times
     lowered.symbol = lowered.entry
-    _OBJECTS.put(digest, (build.object_code, lowered.entry))
-    return build.object_code, build.times
+    _OBJECTS.put(digest, (objects, lowered.entry))
+    return objects, times
 
 
 @dataclass
@@ -254,7 +279,7 @@ class CompiledRegion:
     phase_ms: dict[str, float]  # lower, optimise, codegen, load
     code_bytes: int
     worker_cpu_ms: float  # CPU time the compile worker spent lowering and compiling it (0: in-process)
-    _listing: ObjectBuild | None = field(default=None, repr=False)
+    _listing: list[ObjectBuild] | None = field(default=None, repr=False)
 
     @property
     def code_from(self) -> str | None:
@@ -269,12 +294,14 @@ class CompiledRegion:
         the first request compiles the IR again, in this process, to list them.
         """
         if kind == "llvm":
-            return self.lowered.ir
+            return self.lowered.listing()
         if kind not in DISASSEMBLY_KINDS:
             raise ValueError(f"unknown disassembly kind {kind!r}; use one of {', '.join(DISASSEMBLY_KINDS)}")
         if self._listing is None:
-            self._listing = build_object(self.lowered.ir, self.lowered.entry, **self.lowered.pipeline)
-        return self._listing.optimized_ir if kind == "llvm-opt" else self._listing.asm
+            self._listing = [build_object(text, self.lowered.entry, **options)
+                             for text, options in self.lowered.modules()]
+        parts = [b.optimized_ir if kind == "llvm-opt" else b.asm for b in self._listing]
+        return "\n; --- the loop module ---\n".join(parts)
 
 
 def compile_region(
@@ -293,13 +320,13 @@ def compile_region(
     ``ms.vm.reset()``, so that what is measured after it is compiled afresh)."""
     if via_worker is not None:
         built = _lower_and_build_in(via_worker, module, function, mem_optimize, name, bounds, share)
-        lowered, obj, times, worker_cpu = built
+        lowered, objects, times, worker_cpu = built
     else:
         reuse = lowering_key(encode_module(module), function, mem_optimize, share)
         lowered = lower(module, function, mem_optimize=mem_optimize, name=name, bounds=bounds, reuse=reuse)
-        (obj, times), worker_cpu = build_region(lowered, share), 0.0
+        (objects, times), worker_cpu = build_region(lowered, share), 0.0
     t0 = time.perf_counter()
-    library = load_object(obj, name, llvm_ir=lowered.ir, times=times)
+    library = load_object(objects, name, llvm_ir=lowered.listing(), times=times)
     fn = lowered.bind(library)
     load_ms = (time.perf_counter() - t0) * 1e3
     phases = {
@@ -308,12 +335,12 @@ def compile_region(
         "codegen": times.codegen_ms,
         "load": load_ms,
     }
-    return CompiledRegion(fn, lowered, library, phases, text_bytes(obj), worker_cpu)
+    return CompiledRegion(fn, lowered, library, phases, sum(map(text_bytes, objects)), worker_cpu)
 
 
 def _lower_and_build_in(worker: CompileWorker, module: Module, function: str, mem_optimize: bool, name: str,
                         bounds: dict[str, int] | None, share: int
-                        ) -> tuple[LoweredRegion, bytes, CompileTimes, float]:
+                        ) -> tuple[LoweredRegion, list[bytes], CompileTimes, float]:
     from ...native.blas import best_gemm
 
     entries = {dt: best_gemm(dt) for dt in _float_dtypes(module)}
@@ -325,9 +352,12 @@ def _lower_and_build_in(worker: CompileWorker, module: Module, function: str, me
     result = worker.call(f"{__name__}:lower_in_worker", header, encode_module(sent))
     if not result.ok:
         raise LoweringError(f"compiling {name} failed: {result.error}", code="E-JIT-COMPILE")
-    n_obj = result.reply["object_len"]
-    lowered = LoweredRegion.from_wire(result.reply, result.payload[n_obj:], module)
-    return lowered, result.payload[:n_obj], result.times, result.cpu_ms
+    objects, at = [], 0
+    for n in result.reply["object_lens"]:
+        objects.append(result.payload[at:at + n])
+        at += n
+    lowered = LoweredRegion.from_wire(result.reply, result.payload[at:], module)
+    return lowered, objects, result.times, result.cpu_ms
 
 
 def _float_dtypes(module: Module) -> list[str]:
@@ -343,7 +373,8 @@ def _float_dtypes(module: Module) -> list[str]:
 
 def lower_in_worker(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
     """The compile worker's half of ``compile_region``: decode the region module, lower and compile it;
-    answer with the object code, then the lowering's wire form (``LoweredRegion.to_wire``)."""
+    answer with the object code (one object per module), then the lowering's wire form
+    (``LoweredRegion.to_wire``)."""
     module = shared.restore(decode_module(payload), header["shared"])
     gemm = {dt: None if e is None else GemmEntry(e[0], e[1], e[2], e[3], dt, e[4], e[5], 0)
             for dt, e in header["gemm"].items()}
@@ -351,10 +382,10 @@ def lower_in_worker(header: dict[str, Any], payload: bytes) -> tuple[dict[str, A
     reuse = lowering_key(payload, *(header[k] for k in inputs))
     lowered = lower(module, header["function"], mem_optimize=header["mem_optimize"], name=header["name"],
                     bounds=header["bounds"], gemm=gemm, reuse=reuse)
-    obj, times = build_region(lowered, header["share"])
+    objects, times = build_region(lowered, header["share"])
     reply, blocks = lowered.to_wire(module)
-    reply |= {"object_len": len(obj), "times": times.as_dict()}
-    return reply, [obj, *blocks]
+    reply |= {"object_lens": [len(obj) for obj in objects], "times": times.as_dict()}
+    return reply, [*objects, *blocks]
 
 
 def text_bytes(obj: bytes) -> int:

@@ -689,9 +689,9 @@ def test_gemms_through_every_blas_abi(dtype, monkeypatch):
         import scipy.linalg.cython_blas  # noqa: F401
     from codegen_helpers import assert_close, interpret
 
-    from msvm.msjit.codegen.region import PIPELINE, lower
+    from msvm.msjit.codegen.region import build_region, lower
     from msvm.native import blas
-    from msvm.native.llvm import build_object, load_object
+    from msvm.native.llvm import load_object
 
     def body(f, x, w, y):
         s = f.call("slice", [y], {"axes": (1,), "starts": (2,), "stops": (42,)})
@@ -705,6 +705,5 @@ def test_gemms_through_every_blas_abi(dtype, monkeypatch):
     for entry in entries:
         lowered = lower(module, "f", gemm={dtype: entry})
         assert sum(entry.name in k for k in lowered.kernels) == 3, lowered.kernels
-        build = build_object(lowered.ir, "t", with_asm=False, with_ir=False, **PIPELINE)
-        library = load_object(build.object_code)
+        library = load_object(build_region(lowered)[0])
         assert_close(lowered.bind(library)(*args), interpret(module, *args))

@@ -44,13 +44,13 @@ def test_large_reduction_and_copy_split():
 
     x = rand((1100, 300))
     r = check(region(body, [("[1100, 300]", "float32")]), x)
-    jobs = re.findall(r'define internal void @"\w+_chunks"\(i64\*', r.disassemble("llvm"))
+    jobs = re.findall(r'define void @"\w+_chunks"\(i64\*', r.lowered.loop_ir)
     assert len(jobs) >= 2  # both kernels run as jobs of the pool
 
 
-def test_small_kernels_called_once_are_inlined_and_split_ones_are_not():
-    """A kernel the entry calls once directly is merged into it (LLVM's per-function cost); a kernel
-    split over threads is also called from its chunk runner, so it stays a function of its own."""
+def test_loop_kernels_are_the_loop_modules_and_split_ones_have_a_chunk_runner():
+    """Every loop kernel is a function of the loop module, which the entry calls through its ``_whole``
+    twin, and, when split over threads, hands to the pool as its ``_chunks`` job."""
     rows = PARALLEL_MIN // 512 + 77
 
     def body(f, x, w):
@@ -59,30 +59,7 @@ def test_small_kernels_called_once_are_inlined_and_split_ones_are_not():
 
     m = region(body, [(f"[{rows}, 512]", "float32"), ("[512]", "float32")])
     r = check(m, rand((rows, 512)), rand((512,)))
-    kernels = dict(re.findall(r'define internal void @"(ew\d+)"\([^\n]*\) (\w+)', r.disassemble("llvm")))
-    assert sorted(kernels.values()) == ["alwaysinline", "noinline"], kernels
-    split = {name for name, attr in kernels.items() if attr == "noinline"}
-    assert {f"{name}_chunks" for name in split} <= set(re.findall(r'@"(\w+_chunks)"', r.disassemble("llvm")))
-
-
-def test_loop_kernels_are_inlined_only_up_to_the_budget():
-    """Many small loop kernels merged into one function cost LLVM more than kept apart, so only the
-    first ``INLINE_LOOP_BUDGET`` instructions' worth of them are merged; the rest stay functions."""
-    from msvm.msjit.codegen.emit import INLINE_LOOP_BUDGET
-
-    def body(f, x):
-        h = x
-        for _ in range(40):  # a reduction between elementwise ops: two kernels per step
-            s = f.call("sum", [h], {"axis": -1, "keepdims": True})
-            h = f.call("sub", [f.call("tanh", [h]), s])
-        return h
-
-    x = rand((16, 8))
-    r = check(region(body, [("[16, 8]", "float32")]), x)
-    llvm = r.disassemble("llvm")
-    attrs = re.findall(r'define internal void @"((?:ew|red)\d+)"\([^\n]*\) (\w+)', llvm)
-    merged = [name for name, attr in attrs if attr == "alwaysinline"]
-    assert merged and len(merged) < len(attrs), attrs
-    bodies = dict(re.findall(r'define internal void @"(\w+)"[^\n]*\n(.*?)\n}', llvm, re.S))
-    instructions = sum(line.startswith("  ") for name in merged for line in bodies[name].splitlines())
-    assert instructions <= INLINE_LOOP_BUDGET
+    kernels = set(re.findall(r'define internal void @"(ew\d+)"', r.lowered.loop_ir))
+    assert len(kernels) == 2 and not re.search(r'define [^@]*@"ew', r.lowered.ir)
+    assert {f"{k}_whole" for k in kernels} <= set(re.findall(r'declare void @"(\w+)"', r.lowered.ir))
+    assert len(re.findall(r'define void @"ew\d+_chunks"', r.lowered.loop_ir)) == 1  # relu's (4 rows of add: too few)
