@@ -61,6 +61,7 @@ from .variants import Variant, variants_for
 # reused buffer, an 8 KiB one loses).
 POOLED_OUTPUT_MIN_BYTES = 128 << 10
 _MAX_SHAPES_PER_SITE = 1024  # decisions remembered per call site
+_MAX_PICKS = 4096  # cost-model picks remembered for all sites (``_PICKS``)
 
 
 @dataclass(frozen=True)
@@ -224,9 +225,15 @@ def _with_pooled_out(kernel: Callable[..., Any], shape: tuple[int, ...],
 # -- the dispatcher --------------------------------------------------------------------------------
 
 _SITES: weakref.WeakSet[Dispatcher] = weakref.WeakSet()
+# The cost model's picks per shape class, for every site of the same op, attributes, dtype, device and
+# variants: a function defined again (a notebook cell run again) picks at once what one before it
+# estimated — W1's 40 picks were 6–7 ms of a fresh function's first four calls. Forgotten with the
+# sites' decisions when the capability DB changes.
+_PICKS: dict[tuple, tuple[str | None, str]] = {}
 
 
 def _forget_decisions() -> None:
+    _PICKS.clear()
     for site in list(_SITES):
         site.forget()
 
@@ -255,6 +262,7 @@ class Dispatcher:
         self._takes_out: dict[str, bool] = {}  # variant name -> does its kernel take ``out=``
         self._tls = threading.local()
         self._lock = threading.Lock()
+        self._picks_key = _picks_key(op, self.static, dtype, device, self.variants)
         self.call = self._entry()
         _SITES.add(self)
 
@@ -306,18 +314,38 @@ class Dispatcher:
             if choice is None:
                 choice = self._choice(variant, reason, arrays, attrs)
         else:
-            variant, reason = self._pick(shapes, attrs, arrays, dyn)
+            known = self._known_pick(cls, shapes, attrs)
+            variant, reason = known or self._pick(shapes, attrs, arrays, dyn)
             choice = self._choice(variant, reason, arrays, attrs)
             if cls is not None:
                 if len(self.classes) >= _MAX_SHAPES_PER_SITE:
                     self.classes.clear()
-                reason = f"{reason} [shape class of {_fmt_shapes(shapes)}]"
+                if known is None:
+                    reason = f"{reason} [shape class of {_fmt_shapes(shapes)}]"
+                    if self._picks_key is not None:
+                        if len(_PICKS) >= _MAX_PICKS:
+                            _PICKS.clear()
+                        _PICKS[(self._picks_key, cls)] = _name(variant), reason
                 pooled = choice.run is not self._kernel(variant)  # made for this output shape
                 self.classes[cls] = variant, reason, None if pooled else replace(choice, reason=reason)
         if len(self.decisions) >= _MAX_SHAPES_PER_SITE:
             self.decisions.clear()
         self.decisions[key] = choice
         return choice
+
+    def _known_pick(self, cls: Any, shapes: tuple, attrs: dict[str, Any]
+                    ) -> tuple[Variant | None, str] | None:
+        """The pick a site like this one made for the shape class ``cls`` (``_PICKS``), if it applies."""
+        if cls is None or self._picks_key is None:
+            return None
+        known = _PICKS.get((self._picks_key, cls))
+        if known is None:
+            return None
+        name, reason = known
+        variant = next((v for v in self.variants if v.name == name), None)
+        if variant is None:
+            return (None, reason) if name == REFERENCE else None
+        return (variant, reason) if _applies(variant, shapes, attrs) else None
 
     def _pick(self, shapes: tuple, attrs: dict[str, Any], arrays: Sequence[np.ndarray],
               dyn: Mapping[str, Any]) -> tuple[Variant | None, str]:
@@ -421,6 +449,18 @@ class Dispatcher:
 
 def _name(variant: Variant | None) -> str:
     return REFERENCE if variant is None else variant.name
+
+
+def _picks_key(op: OpDef, static: Mapping[str, Any], dtype: str, device: str,
+               variants: Sequence[Variant]) -> tuple | None:
+    """What the cost model's pick depends on besides the shapes (None: attributes that cannot be a key,
+    e.g. an array; such a site picks on its own)."""
+    key = (op.name, tuple(sorted(static.items())), dtype, device, tuple(v.name for v in variants))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def shape_class(shapes: Sequence[tuple[int, ...]]) -> tuple:

@@ -86,6 +86,25 @@ def test_cost_picks_are_shared_within_a_shape_class(fake_variants, monkeypatch):
     assert [shapes[0][0] for shapes in picked] == [65, 90]
 
 
+def test_a_program_made_again_reuses_the_picks_of_the_one_before(fake_variants, monkeypatch):
+    fast, slow = Counting("matmul", "fast", MATMUL), Counting("matmul", "slow", MATMUL)
+    fake_variants("matmul", [slow, fast])
+    calibrated("matmul", {"fast": (100.0, 1.0), "slow": (1.0, 1.0), "reference": (1.0, 50.0)})
+    pick, picked = Dispatcher._pick, []
+    monkeypatch.setattr(Dispatcher, "_pick", lambda self, *a: picked.append(a[0]) or pick(self, *a))
+    a, b = rand(40, 8), rand(8, 8)
+    first = matmul_program()
+    first(a, b)
+    again = matmul_program()  # a cell run again: the same site, a new program
+    np.testing.assert_allclose(again(rand(50, 8), b), rand(50, 8) @ b, rtol=1e-5)  # 40 and 50: one class
+    assert len(picked) == 1 and fast.calls == 2
+    assert matmul_step(again).choice.reason == matmul_step(first).dispatcher.classes[((64, 8), (8, 8)), ()][1]
+    calibrated("matmul", {"fast": (1.0, 1.0), "slow": (100.0, 1.0), "reference": (1.0, 50.0)})  # new rates
+    third = matmul_program()
+    third(a, b)
+    assert len(picked) == 2 and slow.calls == 1  # picked afresh
+
+
 class WritesOut(Counting):
     """A fake variant whose kernel can write into a given ``out=`` (so its big outputs are pooled)."""
 
