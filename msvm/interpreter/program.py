@@ -36,9 +36,11 @@ _LIVE: weakref.WeakSet[Executable] = weakref.WeakSet()
 
 
 def _forget_signatures() -> None:
-    """Settings changed: every cached entry check must run again, and kernels be re-bound if needed."""
+    """Settings changed: every cached entry check must run again (the limits too, those of constant
+    shapes checked once per set of bound symbols), and kernels be re-bound if needed."""
     for exe in list(_LIVE):
         exe.seen.clear()
+        exe._sized.clear()
         exe.rebind_if_stale()
 
 

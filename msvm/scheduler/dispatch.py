@@ -453,9 +453,11 @@ def _name(variant: Variant | None) -> str:
 
 def _picks_key(op: OpDef, static: Mapping[str, Any], dtype: str, device: str,
                variants: Sequence[Variant]) -> tuple | None:
-    """What the cost model's pick depends on besides the shapes (None: attributes that cannot be a key,
-    e.g. an array; such a site picks on its own)."""
-    key = (op.name, tuple(sorted(static.items())), dtype, device, tuple(v.name for v in variants))
+    """What the cost model's pick depends on besides the shapes and the capability DB, with
+    ``fallback`` (whether having no variant means the reference), as the site is bound (None:
+    attributes that cannot be a key, e.g. an array; such a site picks on its own)."""
+    key = (op.name, tuple(sorted(static.items())), dtype, device, tuple(v.name for v in variants),
+           CONTEXT.fallback)
     try:
         hash(key)
     except TypeError:

@@ -207,6 +207,20 @@ def test_registers_of_one_shape_are_checked_once_and_each_counted(limits):
     assert fn(np.ones(10, np.float32)).shape == (10, 10)
 
 
+def test_constant_shapes_are_checked_again_when_the_limits_change(limits):
+    def build(f, x):
+        f.tensor_input(0, "[N]", "float32")
+        c = f.load_const(np.ones(100))
+        f.ret(f.call("add", [c, c]))  # a [100] float64 output: sized by the entry check alone
+
+    fn = program(build)
+    assert fn(np.ones(3, np.float32)).shape == (100,)
+    limits(max_tensor_bytes=500)  # 800 bytes each, now over
+    with pytest.raises(ResourceLimitError) as err:
+        fn(np.ones(3, np.float32))
+    assert err.value.code == "E-LIMIT-TENSOR"
+
+
 def test_runtime_sized_ops_are_checked(limits):
     def build(f, x, n):
         f.tensor_input(0, "[N]", "float32")

@@ -1,4 +1,5 @@
-"""The LLVM module of a region: one internal function per kernel, the entry that calls them in order.
+"""The LLVM IR of a region: one internal function per kernel, the entry that calls them in order —
+printed as two modules (``ModuleEmitter.texts``): the kernels with loops, and the rest.
 
 Every kernel function has the same signature — one ``noalias i8*`` per buffer it touches (buffers
 that are live at the same time never overlap, which is what lets LLVM vectorise without run-time
