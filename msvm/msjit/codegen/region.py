@@ -56,6 +56,7 @@ PIPELINE = {"opt_level": 2, "unroll": False, "slp": False}
 # The entry module: no optimisation, and the code generator's fastest level (W1's: 10 ms, where the
 # whole region optimised took 53; its native jobs and calls into the loop module ran as fast).
 ENTRY_PIPELINE = {"opt_level": 0, "unroll": False, "slp": False, "codegen": 0}
+SEPARATOR = "\n; --- the loop module ---\n"  # between the modules in a listing (``disassemble``)
 
 
 @dataclass
@@ -86,8 +87,8 @@ class LoweredRegion:
         return modules
 
     def listing(self) -> str:
-        """Both modules' IR, as generated."""
-        return self.ir if not self.loop_ir else f"{self.ir}\n; --- the loop module ---\n{self.loop_ir}"
+        """The modules' IR, as generated."""
+        return SEPARATOR.join(text for text, _ in self.modules())
 
     def numbers(self) -> dict[externs.Key, int]:
         """The extern table's entries that depend on the bounds (``externs``)."""
@@ -300,8 +301,7 @@ class CompiledRegion:
         if self._listing is None:
             self._listing = [build_object(text, self.lowered.entry, **options)
                              for text, options in self.lowered.modules()]
-        parts = [b.optimized_ir if kind == "llvm-opt" else b.asm for b in self._listing]
-        return "\n; --- the loop module ---\n".join(parts)
+        return SEPARATOR.join(b.optimized_ir if kind == "llvm-opt" else b.asm for b in self._listing)
 
 
 def compile_region(

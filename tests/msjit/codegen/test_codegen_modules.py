@@ -6,7 +6,7 @@ import re
 
 from codegen_helpers import check, rand, region
 
-from msvm.msjit.codegen.region import ENTRY_PIPELINE, PIPELINE
+from msvm.msjit.codegen.region import ENTRY_PIPELINE, PIPELINE, SEPARATOR
 
 
 def _mlp(f, x, w):
@@ -15,7 +15,6 @@ def _mlp(f, x, w):
 
 
 INPUTS = [("[24, 32]", "float32"), ("[32, 48]", "float32")]
-SEPARATOR = "; --- the loop module ---"
 
 
 def _defined(ir_text: str) -> set[str]:
