@@ -323,6 +323,7 @@ class Entry:
     timed: Any = field(default=None, repr=False)  # a launcher that times every run (for judging)
     hits: list[int] = field(default_factory=lambda: [0])  # a cell the hit launcher bumps
     waiting: int = 0  # interpreted runs of its keys while it was queued or compiling
+    queued_misses: int = 0  # its region's interpreted runs (any key) when it was queued
     native: dict[tuple, list[int]] = field(default_factory=dict)  # run-time key -> sampled native runs, ns
     judging: tuple | None = None  # the run-time key whose interpreted and native runs alternate now
     judged: bool = False  # compared with the interpreter and kept

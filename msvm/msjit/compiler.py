@@ -27,7 +27,8 @@ Idle priority alone starved it for good while the program called OpenBLAS in a l
 spin between calls), and a program looping on one region left it only the gaps between kernels: a
 request for code the program keeps asking for borrows a core from the program's thread pools
 (OpenBLAS's and the job pool) until it is answered — at once when the program is hot on it
-(``HOT_CALLS`` interpreted runs since it was queued), after ``STARVED_S`` when it asks now and then.
+(``HOT_CALLS`` interpreted runs since it was queued, most of its region's: ``HOT_SHARE``), after
+``STARVED_S`` when it asks now and then.
 """
 
 from __future__ import annotations
@@ -50,25 +51,29 @@ from .cache import Entry
 from .stats import EVENTS, format_ns, hit_rate
 
 # A request to the worker gets a core lent once the entry it compiles has been asked for HOT_CALLS
-# times since it was queued (a loop on one shape or bucket), or WANTED_CALLS times once the request
-# has been unanswered for STARVED_S. A compile takes 50–150 ms of CPU; a loop left it the gaps
-# between kernels, and its code landed after 0.55–0.65 s (W1 at batch 16, W3 at L = 128, bucket and
-# exact alike) where lending after 8 calls lands it in 0.28–0.39 s (W1) and 0.10–0.17 s (W3). Lending
-# costs the program its second core meanwhile: for code asked for now and then (W1's stream of four
-# batch sizes) the idle gaps serve better.
+# times since it was queued, at least HOT_SHARE of its region's interpreted runs meanwhile (a loop on
+# one shape or bucket), or WANTED_CALLS times once the request has been unanswered for STARVED_S. A
+# compile takes 50–150 ms of CPU; a loop left it the gaps between kernels, and its code landed after
+# 0.55–0.65 s (W1 at batch 16, W3 at L = 128, bucket and exact alike) where lending after 8 calls lands
+# it in 0.28–0.39 s (W1) and 0.10–0.17 s (W3). Lending costs the program its second core meanwhile: for
+# code asked for now and then the idle gaps serve better — W1's stream of four batch sizes asks for its
+# 5–16 bucket in every other call, and lending at its 8th call cost the stream 25–50 ms for code that
+# landed after it ended; W3's stream asks for its 65–256 bucket in 4 calls of 5.
 STARVED_S = 0.5
 WANTED_CALLS = 2
 HOT_CALLS = 8
+HOT_SHARE = 2 / 3
 _WANTED_POLL_S = 0.02
 _IDLE_TICK_S = 1.0  # how often an idle compiler samples the hit rate for the monitor
 _PROBE_ROUNDS, _PROBE_CALLS = 5, 20  # launch overhead: the fastest round's mean time per call
 
 
 @contextmanager
-def _core_when_starved(asked: Callable[[], int], entry: str | None) -> Iterator[None]:
+def _core_when_starved(asked: Callable[[], tuple[int, int]], entry: str | None) -> Iterator[None]:
     """Lend the worker a core (one thread fewer in OpenBLAS's pool and in our job pool) while a request
-    is unanswered and the program keeps asking for what it compiles: ``asked()`` (its interpreted runs
-    since it was queued) reaches ``HOT_CALLS``, or ``WANTED_CALLS`` after ``STARVED_S``. The worker
+    is unanswered and the program keeps asking for what it compiles: ``asked()`` — (its interpreted
+    runs, its region's) since it was queued — reaches ``HOT_CALLS`` with ``HOT_SHARE`` of the region's,
+    or ``WANTED_CALLS`` after ``STARVED_S``. The worker
     runs at idle priority, so a program calling OpenBLAS or our 2-thread kernels in a loop starved
     it; lending for a compile the program rarely asks for (exact mode in a stream of many shapes)
     would only slow the program. Monitor events ``core-lent`` and ``core-returned`` (with the
@@ -82,8 +87,9 @@ def _core_when_starved(asked: Callable[[], int], entry: str | None) -> Iterator[
     def watch() -> None:
         starved_at = time.monotonic() + STARVED_S
         while not done.wait(_WANTED_POLL_S):
-            calls = asked()
-            if calls >= HOT_CALLS or (calls >= WANTED_CALLS and time.monotonic() >= starved_at):
+            calls, region_calls = asked()
+            hot = calls >= HOT_CALLS and calls >= HOT_SHARE * region_calls
+            if hot or (calls >= WANTED_CALLS and time.monotonic() >= starved_at):
                 lent_at.append(time.perf_counter())
                 EVENTS.publish("core-lent", entry, blas=blas.lend_core(), pool=POOL.lend_core())
                 return
@@ -104,7 +110,7 @@ def _core_when_starved(asked: Callable[[], int], entry: str | None) -> Iterator[
 class _Worker:
     """The compile worker as the code generator sees it: our timeout, and a fault injected for a test."""
 
-    def __init__(self, worker: CompileWorker, inject: str | None, asked: Callable[[], int],
+    def __init__(self, worker: CompileWorker, inject: str | None, asked: Callable[[], tuple[int, int]],
                  entry: str | None) -> None:
         self._worker = worker
         self._inject = inject
@@ -302,7 +308,8 @@ class CompilerThread:
         backend = self._backend
         if backend is None:
             from .codegen import compile_region as backend
-        client = self._client(fault, lambda: entry.waiting, entry.name)
+        client = self._client(fault, lambda: (entry.waiting, entry.owner.misses - entry.queued_misses),
+                              entry.name)
         return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
                        via_worker=client, bounds=bounds or None, share=self._share)
 
@@ -327,15 +334,16 @@ class CompilerThread:
         EVENTS.publish("warm", None, ms=(time.perf_counter_ns() - t0) / 1e6,
                        launch_overhead=format_ns(self.launch_overhead_ns))
 
-    def _client(self, fault: str | None, asked: Callable[[], int], entry: str | None) -> _Worker:
+    def _client(self, fault: str | None, asked: Callable[[], tuple[int, int]], entry: str | None) -> _Worker:
         if self._worker is None:
             self._worker = CompileWorker(idle=True)
         return _Worker(self._worker, fault, asked, entry)
 
-    def _queue_asked(self) -> int:
-        """How often the queued entry most asked for was asked (what the worker's start-up, during the
-        warm-up, is for)."""
-        return max((e.waiting for e in list(self._queue)), default=0)
+    def _queue_asked(self) -> tuple[int, int]:
+        """How often the queued entry most asked for was asked, and its region (what the worker's
+        start-up, during the warm-up, is for)."""
+        top = max(list(self._queue), key=lambda e: e.waiting, default=None)
+        return (0, 0) if top is None else (top.waiting, top.owner.misses - top.queued_misses)
 
     @contextmanager
     def _phase(self, entry: Entry, phase: str, record: bool = True) -> Iterator[None]:

@@ -295,6 +295,7 @@ class RegionRuntime:
                                f"{self.region.id} run interpreted")
             return
         state.entry = entry
+        entry.queued_misses = self.misses
         self.entries.append(entry)
         COMPILER.submit(entry)
 

@@ -29,19 +29,24 @@ def lends(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-@pytest.mark.parametrize(("request_s", "calls", "asked_after_s", "lent"), [
-    (0.01, compiler.WANTED_CALLS, 0.0, False),  # answered before it counts as starved
-    (0.6, compiler.WANTED_CALLS, 0.0, True),  # starved, and the program keeps asking for it
-    (0.6, compiler.WANTED_CALLS, None, False),  # starved, but nobody waits for this code
-    (0.6, compiler.WANTED_CALLS, 0.3, True),  # the program starts asking while it is starved
-    (0.08, compiler.HOT_CALLS, 0.0, True),  # a loop on this code: lent before it counts as starved
-    (0.08, compiler.HOT_CALLS - 1, 0.0, False),  # asked for, but not yet hot
+@pytest.mark.parametrize(("request_s", "calls", "region_calls", "asked_after_s", "lent"), [
+    (0.01, compiler.WANTED_CALLS, 2, 0.0, False),  # answered before it counts as starved
+    (0.6, compiler.WANTED_CALLS, 2, 0.0, True),  # starved, and the program keeps asking for it
+    (0.6, compiler.WANTED_CALLS, 2, None, False),  # starved, but nobody waits for this code
+    (0.6, compiler.WANTED_CALLS, 2, 0.3, True),  # the program starts asking while it is starved
+    (0.08, compiler.HOT_CALLS, compiler.HOT_CALLS, 0.0, True),  # a loop on this code: lent before starved
+    (0.08, compiler.HOT_CALLS - 1, compiler.HOT_CALLS - 1, 0.0, False),  # asked for, but not yet hot
+    (0.08, compiler.HOT_CALLS, 2 * compiler.HOT_CALLS, 0.0, False),  # every other call: not a loop on it
+    (0.6, compiler.HOT_CALLS, 2 * compiler.HOT_CALLS, 0.0, True),  # ... until it starves
 ])
-def test_a_request_borrows_a_core_only_while_asked_for(lends, request_s, calls, asked_after_s, lent) -> None:
+def test_a_request_borrows_a_core_only_while_asked_for(lends, request_s, calls, region_calls, asked_after_s,
+                                                       lent) -> None:
     t0 = time.monotonic()
 
-    def asked() -> int:
-        return calls if asked_after_s is not None and time.monotonic() - t0 >= asked_after_s else 0
+    def asked() -> tuple[int, int]:
+        if asked_after_s is None or time.monotonic() - t0 < asked_after_s:
+            return 0, 0
+        return calls, region_calls
 
     since = max((e["seq"] for e in ms.vm.jit_monitor().events()), default=0)
     with compiler._core_when_starved(asked, "jit_cache_test"):
