@@ -58,7 +58,9 @@ from .stats import EVENTS, format_ns, hit_rate
 # it in 0.28–0.39 s (W1) and 0.10–0.17 s (W3). Lending costs the program its second core meanwhile: for
 # code asked for now and then the idle gaps serve better — W1's stream of four batch sizes asks for its
 # 5–16 bucket in every other call, and lending at its 8th call cost the stream 25–50 ms for code that
-# landed after it ended; W3's stream asks for its 65–256 bucket in 4 calls of 5.
+# landed after it ended; W3's stream asks for its 65–256 bucket in 4 calls of 5. The next bucket of a
+# region with a compiled one shares its object code — a plan and a load, about 20 ms of CPU — and counts
+# as starved at once: W3's 17–64 bucket, asked for in 1 call of 5, otherwise waited 50–300 ms.
 STARVED_S = 0.5
 WANTED_CALLS = 2
 HOT_CALLS = 8
@@ -69,11 +71,12 @@ _PROBE_ROUNDS, _PROBE_CALLS = 5, 20  # launch overhead: the fastest round's mean
 
 
 @contextmanager
-def _core_when_starved(asked: Callable[[], tuple[int, int]], entry: str | None) -> Iterator[None]:
+def _core_when_starved(asked: Callable[[], tuple[int, int]], entry: str | None,
+                       starved_s: float = STARVED_S) -> Iterator[None]:
     """Lend the worker a core (one thread fewer in OpenBLAS's pool and in our job pool) while a request
     is unanswered and the program keeps asking for what it compiles: ``asked()`` — (its interpreted
     runs, its region's) since it was queued — reaches ``HOT_CALLS`` with ``HOT_SHARE`` of the region's,
-    or ``WANTED_CALLS`` after ``STARVED_S``. The worker
+    or ``WANTED_CALLS`` after ``starved_s``. The worker
     runs at idle priority, so a program calling OpenBLAS or our 2-thread kernels in a loop starved
     it; lending for a compile the program rarely asks for (exact mode in a stream of many shapes)
     would only slow the program. Monitor events ``core-lent`` and ``core-returned`` (with the
@@ -85,7 +88,7 @@ def _core_when_starved(asked: Callable[[], tuple[int, int]], entry: str | None) 
     lent_at: list[float] = []
 
     def watch() -> None:
-        starved_at = time.monotonic() + STARVED_S
+        starved_at = time.monotonic() + starved_s
         while not done.wait(_WANTED_POLL_S):
             calls, region_calls = asked()
             hot = calls >= HOT_CALLS and calls >= HOT_SHARE * region_calls
@@ -111,23 +114,24 @@ class _Worker:
     """The compile worker as the code generator sees it: our timeout, and a fault injected for a test."""
 
     def __init__(self, worker: CompileWorker, inject: str | None, asked: Callable[[], tuple[int, int]],
-                 entry: str | None) -> None:
+                 entry: str | None, starved_s: float) -> None:
         self._worker = worker
         self._inject = inject
         self._asked = asked
         self._entry = entry
+        self._starved_s = starved_s
 
     def compile(self, ir: str, timeout_s: float | None = None, **options: Any) -> Any:
         del timeout_s  # compile_timeout_ms decides
         if self._inject is not None:
             options["inject"] = self._inject
-        with _core_when_starved(self._asked, self._entry):
+        with _core_when_starved(self._asked, self._entry, self._starved_s):
             return self._worker.compile(ir, CONTEXT.compile_timeout_ms / 1000.0, **options)
 
     def call(self, target: str, header: dict[str, Any], payload: bytes = b"", timeout_s: float | None = None
              ) -> Any:
         del timeout_s  # compile_timeout_ms decides
-        with _core_when_starved(self._asked, self._entry):
+        with _core_when_starved(self._asked, self._entry, self._starved_s):
             return self._worker.call(target, header, payload, CONTEXT.compile_timeout_ms / 1000.0,
                                      inject=self._inject)
 
@@ -308,8 +312,10 @@ class CompilerThread:
         backend = self._backend
         if backend is None:
             from .codegen import compile_region as backend
+        shares_code = bool(bounds) and any(e is not entry and e.status == "compiled" and e.bounds
+                                           for e in entry.owner.entries)  # a plan and a load
         client = self._client(fault, lambda: (entry.waiting, entry.owner.misses - entry.queued_misses),
-                              entry.name)
+                              entry.name, 0.0 if shares_code else STARVED_S)
         return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
                        via_worker=client, bounds=bounds or None, share=self._share)
 
@@ -334,10 +340,11 @@ class CompilerThread:
         EVENTS.publish("warm", None, ms=(time.perf_counter_ns() - t0) / 1e6,
                        launch_overhead=format_ns(self.launch_overhead_ns))
 
-    def _client(self, fault: str | None, asked: Callable[[], tuple[int, int]], entry: str | None) -> _Worker:
+    def _client(self, fault: str | None, asked: Callable[[], tuple[int, int]], entry: str | None,
+                starved_s: float = STARVED_S) -> _Worker:
         if self._worker is None:
             self._worker = CompileWorker(idle=True)
-        return _Worker(self._worker, fault, asked, entry)
+        return _Worker(self._worker, fault, asked, entry, starved_s)
 
     def _queue_asked(self) -> tuple[int, int]:
         """How often the queued entry most asked for was asked, and its region (what the worker's

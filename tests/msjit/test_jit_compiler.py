@@ -89,3 +89,31 @@ def test_runs_interpreted_while_an_entry_compiles_are_counted() -> None:
     scale(x)
     (entry,) = [e for e in ms.vm.jit_info() if e["function"] == "scale"]
     assert entry["status"] == "compiled" and entry["waiting"] == 5 and entry["hits"] == 1
+
+
+def test_a_request_starved_at_once_is_lent_on_the_programs_second_ask(lends) -> None:
+    with compiler._core_when_starved(lambda: (compiler.WANTED_CALLS, 10), "jit_cache_test", starved_s=0.0):
+        time.sleep(0.08)
+    assert lends[:2] == ["lend", "pool lend"]
+
+
+@jit(cache_mode="bucket", bucket_boundaries=(4, 64))
+def shifted(x: Tensor["N", 8]):
+    return x * 2.0 - 1.0
+
+
+def test_the_next_bucket_of_a_compiled_region_counts_as_starved_at_once(monkeypatch) -> None:
+    """It shares the first bucket's object code: a plan and a load, not worth idle gaps to wait for."""
+    starved: list[float] = []
+    lend = compiler._core_when_starved
+    monkeypatch.setattr(compiler, "_core_when_starved",
+                        lambda asked, entry, starved_s=compiler.STARVED_S: starved.append(starved_s)
+                        or lend(asked, entry, starved_s))
+    for rows in (40, 2):  # the 5-64 bucket, then the 1-4 one
+        x = np.ones((rows, 8), np.float32)
+        for _ in range(3):
+            np.testing.assert_allclose(shifted(x), x * 2 - 1)
+        assert ms.vm.wait_for_compiles(60)
+    entries = [e for e in ms.vm.jit_info() if e["function"] == "shifted"]
+    assert [e["status"] for e in entries] == ["compiled", "compiled"] and entries[1]["code_from"]
+    assert starved[-2:] == [compiler.STARVED_S, 0.0]
