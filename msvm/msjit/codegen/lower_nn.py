@@ -41,10 +41,12 @@ from .emit_reduce import RowKernel, RowSpec
 from .errors import LoweringError
 from .lower_core import BLAS_MIN_FLOPS, broadcast_batch, cast_to, fits_pool, matmul, pool_gemm
 from .nodes import Const, Expr, Index, Load, Map
-from .plan import Planner
+from .plan import Planner, Recipe
 from .registry import lowers, refuses
 from .views import Shape, View, numel, same
 
+# The weight packings lowering bakes into code, by ``Recipe.kind``: (weight, bias, *args) -> (weight, bias).
+PACKS = {"gemm": gemm_packed.packed, "nchwc": conv_nchwc.packed}
 DIRECT_MAX_TAPS = 16  # per-output work below which a convolution is evaluated directly
 NATIVE_DTYPES = ("float32", "float64")  # what the native conv kernels compute in
 
@@ -105,15 +107,14 @@ def _native_linear(ctx: Planner, x: Expr, w: Expr, bias: Expr | None, t: TensorT
         return None
     bias_value = None if bias is None else ctx.constant_value(bias)
     in_kernel = bias_value is not None and bias_value.shape == (n,) and bias.dtype == dtype
-    packed_w, packed_b = gemm_packed.packed(weight, bias_value if in_kernel else None)
+    w_buf, b_buf = _packed(ctx, "gemm", weight, bias_value if in_kernel else None)
     x = ctx.ready(x)
     if not (isinstance(x, Load) and x.view.is_contiguous()):
         x = ctx.materialize(x)
     a = Operand(x.buffer, View((rows, as_dim(k)), (as_dim(k), as_dim(1)), x.view.offset), False, as_dim(k))
     full = (*x.shape[:-1], as_dim(n))
     dest = ctx.result_buffer(full, dtype)
-    b_buf = _constant_buffer(ctx, packed_b) if in_kernel else None
-    pool_gemm(ctx, a, None, _constant_buffer(ctx, packed_w), b_buf, dest, View.contiguous((rows, as_dim(n))),
+    pool_gemm(ctx, a, None, w_buf, b_buf, dest, View.contiguous((rows, as_dim(n))),
               as_dim(n))
     y: Expr = Load(dest, View.contiguous(full))
     if bias is not None and not in_kernel:
@@ -189,9 +190,8 @@ def _native_conv(
         kind, w_buf = "depthwise", w.buffer
         b_buf = None if bias is None else _constant_buffer(ctx, bias)
     elif weight is not None and not depthwise:
-        packed_w, packed_b = conv_nchwc.packed(weight, bias, geo.groups)
-        kind, w_buf = "nchwc", _constant_buffer(ctx, packed_w)
-        b_buf = None if bias is None else _constant_buffer(ctx, packed_b)
+        kind = "nchwc"
+        w_buf, b_buf = _packed(ctx, kind, weight, bias, geo.groups)
     else:
         return None
     if not (isinstance(x, Load) and x.view.is_contiguous()):
@@ -209,9 +209,19 @@ def _native_conv(
     return Load(dest, View.contiguous(full))
 
 
-def _constant_buffer(ctx: Planner, array: np.ndarray) -> Buffer:
+def _packed(ctx: Planner, kind: str, weight: np.ndarray, bias: np.ndarray | None, *args: int
+            ) -> tuple[Buffer, Buffer | None]:
+    """``PACKS[kind]``'s packed weight and bias (None without a bias) as constant buffers, each with its
+    ``Recipe``."""
+    packs = PACKS[kind](weight, bias, *args)
+    w_buf = _constant_buffer(ctx, packs[0], Recipe(kind, (weight, bias), args, 0))
+    b_buf = None if bias is None else _constant_buffer(ctx, packs[1], Recipe(kind, (weight, bias), args, 1))
+    return w_buf, b_buf
+
+
+def _constant_buffer(ctx: Planner, array: np.ndarray, recipe: Recipe | None = None) -> Buffer:
     """A read-only buffer of ``array`` kept alive by the compiled region (``array`` has > 1 element)."""
-    expr = ctx.constant_expr(array)
+    expr = ctx.constant_expr(array, recipe)
     assert isinstance(expr, Load)
     return expr.buffer
 

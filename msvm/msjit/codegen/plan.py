@@ -79,6 +79,18 @@ class Output:
     scalar: Dim | None = None
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """A constant made from others: ``lower_nn.PACKS[kind](*sources, *args)[part]``. Why: the process
+    that loads the code makes it again from its own arrays (where its pack cache has it already)
+    rather than receive megabytes of packed weights through the compile worker's pipe."""
+
+    kind: str
+    sources: tuple[np.ndarray | None, ...]
+    args: tuple[int, ...]
+    part: int
+
+
 @dataclass
 class Plan:
     """Everything lowering decided: kernels in order, buffers, run-time parameters and checks."""
@@ -94,6 +106,7 @@ class Plan:
     ranges: dict[str, tuple[float, float]]  # param -> (min, max) for sizing
     exact: bool
     constants: list[np.ndarray] = field(default_factory=list)
+    recipes: list[Recipe | None] = field(default_factory=list)  # per constant: how it was made, if known
 
 
 class Planner:
@@ -121,6 +134,7 @@ class Planner:
         self.values: dict[int, Expr] = {}
         self.arena: list[Buffer] = []
         self.constants: list[np.ndarray] = []
+        self.recipes: list[Recipe | None] = []
         self.guards: list[Guard] = [g for gs in self.info.guards.values() for g in gs]
         self.readers: dict[int, list[int]] = {}  # register -> addresses of the instructions reading it
         for address, ins in enumerate(self.instructions, self.info.base):
@@ -230,6 +244,7 @@ class Planner:
             self.ranges,
             self.exact,
             self.constants,
+            self.recipes,
         )
 
     def call(self, ins: Any, address: int) -> None:
@@ -388,14 +403,16 @@ class Planner:
         """A size relation the generated code assumes; checked by the launcher before every call."""
         self.guards.append(Guard(a, b, what))
 
-    def constant_expr(self, array: np.ndarray) -> Expr:
-        """A constant: inline when it is one value, else a read-only buffer baked in by address."""
+    def constant_expr(self, array: np.ndarray, recipe: Recipe | None = None) -> Expr:
+        """A constant: inline when it is one value, else a read-only buffer baked in by address
+        (``recipe``: how it was made, when it was)."""
         shape = shape_of(array.shape)
         if array.size == 1:
             return Const(array.reshape(-1)[0].item(), array.dtype.name, shape)
         array = np.ascontiguousarray(array)
         array.setflags(write=False)
         self.constants.append(array)
+        self.recipes.append(recipe)
         k = len(self.constants) - 1
         return Load.of(Buffer("const", array.dtype.name, shape, f"k{k}", index=k, array=array))
 

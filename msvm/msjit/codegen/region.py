@@ -5,7 +5,8 @@ launcher. With the crash-isolating compile worker, lowering runs there too: it i
 per region, which in this process would hold the GIL beside the user's calls (a call that releases
 it to run native code then waits up to the 5 ms switch interval to get it back, at every kernel).
 What comes back is the object code and the lowering as plain data (``LoweredRegion.to_wire``): the
-code reads every process-specific address from its extern table (``externs``), bound at load.
+code reads every process-specific address from its extern table (``externs``), bound at load, and a
+weight packed from the region's constants comes back as its ``Recipe``, packed again here.
 Every phase is timed.
 
 A region is two LLVM modules (``ModuleEmitter.texts``), two objects loaded together: its kernels with
@@ -21,6 +22,7 @@ bucket costs a plan (``lower``'s ``reuse``) and a load (``build_region``), not a
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import struct
 import threading
@@ -42,8 +44,9 @@ from .emit import ModuleEmitter, may_be_big
 from .errors import LoweringError
 from .kernels import THREADS
 from .launcher import LaunchSpec, build_launcher
+from .lower_nn import PACKS
 from .memplan import Placement, plan_memory
-from .plan import Planner
+from .plan import Planner, Recipe
 
 DISASSEMBLY_KINDS = ("llvm", "llvm-opt", "asm")
 # The pass pipeline for regions: O2 without the loop unroller. Measured against O3 on the workloads'
@@ -74,6 +77,7 @@ class LoweredRegion:
     launch: LaunchSpec
     externs: list[externs.Key]  # the addresses the code reads from its extern table, in slot order
     constants: list[np.ndarray] = field(default_factory=list, repr=False)  # the plan's constants
+    recipes: list[Recipe | None] = field(default_factory=list, repr=False)  # how each was made, if known
     lower_ms: float = 0.0
     slp: bool = False  # a kernel packs lanes: optimise with the SLP vectoriser
     release_gil: bool = False  # a kernel may be big at the bounds (``emit.may_be_big``)
@@ -113,15 +117,23 @@ class LoweredRegion:
 
     # -- the compile worker's wire format (``lower_in_worker``) -------------------------------------------
     def to_wire(self, module: Module) -> tuple[dict[str, Any], list[bytes]]:
-        """(JSON header, byte blocks): constants that are ``module``'s own travel as its index, others as
-        bytes."""
+        """(JSON header, byte blocks): constants that are ``module``'s own travel as its index, those made
+        from its own by a ``Recipe`` as the recipe, others as bytes."""
         own = {(c.ctypes.data, c.nbytes, c.dtype.name): i for i, c in enumerate(module.constants)
                if isinstance(c, np.ndarray) and c.flags.c_contiguous}
+
+        def index(c: np.ndarray | None) -> int | None:
+            return None if c is None else own.get((c.ctypes.data, c.nbytes, c.dtype.name))
+
         consts, blocks = [], []
-        for c in self.constants:
-            index = own.get((c.ctypes.data, c.nbytes, c.dtype.name))
-            consts.append([index, c.dtype.name, list(c.shape)])
-            if index is None:
+        for c, recipe in itertools.zip_longest(self.constants, self.recipes):
+            at, how = index(c), None
+            if at is None and recipe is not None:
+                sources = [index(s) for s in recipe.sources]
+                if all(i is not None or s is None for i, s in zip(sources, recipe.sources)):
+                    how = [recipe.kind, sources, list(recipe.args), recipe.part]
+            consts.append([at, c.dtype.name, list(c.shape), how])
+            if at is None and how is None:
                 blocks.append(c.tobytes())
         ir_bytes, loop_bytes = self.ir.encode(), self.loop_ir.encode()
         header = {"ir_len": len(ir_bytes), "loop_ir_len": len(loop_bytes), "entry": self.entry,
@@ -142,9 +154,11 @@ class LoweredRegion:
         loop_text = data[at:at + header["loop_ir_len"]].decode()
         at += header["loop_ir_len"]
         constants = []
-        for index, dtype, shape in header["constants"]:
+        for index, dtype, shape, how in header["constants"]:
             if index is not None:
                 array = np.ascontiguousarray(module.constants[index], dtype=dtype).reshape(shape)
+            elif how is not None:
+                array = _remake(module, dtype, shape, *how)
             else:
                 array = np.empty(shape, dtype)
                 n = array.nbytes
@@ -155,7 +169,19 @@ class LoweredRegion:
         return cls(ir_text, loop_text, header["entry"], header["params"], header["planned_bytes"],
                    header["naive_bytes"], header["kernels"], [Placement(*p) for p in header["placements"]],
                    LaunchSpec.from_json(header["launch"]), externs.from_json(header["externs"]), constants,
-                   header["lower_ms"], header["slp"], header["release_gil"], header["symbol"])
+                   lower_ms=header["lower_ms"], slp=header["slp"], release_gil=header["release_gil"],
+                   symbol=header["symbol"])
+
+
+def _remake(module: Module, dtype: str, shape: list[int], kind: str, sources: list[int | None],
+            args: list[int], part: int) -> np.ndarray:
+    """A constant the compile worker described by its ``Recipe``, made here from ``module``'s own."""
+    arrays = [None if i is None else module.constants[i] for i in sources]
+    array = PACKS[kind](*arrays, *args)[part]
+    if array.dtype.name != dtype or list(array.shape) != shape:
+        raise LoweringError(f"the {kind} packing made {array.dtype.name}{list(array.shape)} here, where the "
+                            f"compile worker made {dtype}{shape}", code="E-JIT-COMPILE")
+    return array
 
 
 def lower(
@@ -206,6 +232,7 @@ def lower(
         LaunchSpec.of(plan, len(module.function(function).params)),
         keys,
         plan.constants,
+        plan.recipes,
         (time.perf_counter() - t0) * 1e3,
         slp,
         any(may_be_big(kernel.parallel_work(), plan.ranges) for kernel in plan.kernels),

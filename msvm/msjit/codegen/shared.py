@@ -27,7 +27,7 @@ import numpy as np
 
 from ...bytecode.module import Module
 
-MIN_BYTES = 1 << 20
+MIN_BYTES = 64 << 10  # at 1 MiB, W3's 768×256 and 256×256 weights still crossed the pipe: 1 MB a compile
 BUDGET = 256 << 20
 _DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
 _files: dict[int, tuple[weakref.ref, str, int]] = {}  # id(array) -> (the array, its file, bytes), LRU order

@@ -304,6 +304,49 @@ def test_compile_in_the_worker_process(monkeypatch):
     assert "ymm" in remote.disassemble("asm")
 
 
+def test_packed_weights_are_packed_again_here_not_sent(monkeypatch):
+    """The worker describes a weight it packed from the region's own constants by its recipe, and this
+    process packs it again — from its pack cache, where the interpreter left it — rather than receive
+    it through the pipe; a weight computed while lowering (the folded linear's) still travels."""
+    from msvm.kernels import conv_nchwc
+
+    m = region(_net, [("[N, 3, H, W]", "float32")])
+    results = []
+    call = CompileWorker.call
+    monkeypatch.setattr(CompileWorker, "call", lambda *a, **k: results.append(call(*a, **k)) or results[-1])
+    worker = CompileWorker()
+    try:
+        remote = compiled(m, bounds={"N": 8, "H": 16, "W": 16}, via_worker=worker)
+    finally:
+        worker.close()
+    reply, payload = results[-1].reply, results[-1].payload
+    weight, bias = m.constants[0], m.constants[1]
+    cached = conv_nchwc.packed(weight, bias, 1)
+    recipes = {i: c[3] for i, c in enumerate(reply["constants"]) if c[3] is not None}
+    assert sorted(recipes.values()) == [["nchwc", [0, 1], [1], 0], ["nchwc", [0, 1], [1], 1]]
+    for i, (_, _, _, part) in recipes.items():
+        assert remote.lowered.constants[i] is cached[part]
+    sent = [c for c in reply["constants"] if c[0] is None and c[3] is None]
+    assert [shape for _, _, shape, _ in sent] == [[4, 8], [1, 8, 16]]  # the folded weight, its panels
+    code = reply["ir_len"] + reply["loop_ir_len"] + sum(reply["object_lens"])
+    assert len(payload) == code + sum(np.prod(shape) * 4 for _, _, shape, _ in sent)
+    x = rand((2, 3, 16, 16))
+    assert_close(remote.fn(x), interpret(m, x))
+
+
+def test_a_packing_that_differs_here_is_a_compile_error(monkeypatch):
+    from msvm.msjit.codegen import lower_nn
+
+    m = region(_net, [("[N, 3, H, W]", "float32")])
+    monkeypatch.setitem(lower_nn.PACKS, "nchwc", lambda w, b, groups: (np.zeros(3, w.dtype),) * 2)
+    worker = CompileWorker()
+    try:
+        with pytest.raises(LoweringError, match=r"nchwc packing made float32\[3\] here"):
+            compiled(m, bounds={"N": 8, "H": 16, "W": 16}, via_worker=worker)
+    finally:
+        worker.close()
+
+
 def test_large_constants_reach_the_worker_through_shared_files():
     from msvm.msjit.codegen import shared
 
@@ -333,7 +376,7 @@ def test_shared_files_stay_within_their_budget(monkeypatch):
     from msvm.msjit.codegen import shared
 
     monkeypatch.setattr(shared, "BUDGET", 2 * shared.MIN_BYTES)
-    arrays = [np.full(shared.MIN_BYTES // 4, i, np.float32) for i in range(3)]  # 1 MiB each
+    arrays = [np.full(shared.MIN_BYTES // 4, i, np.float32) for i in range(3)]
     paths = [shared.export(Module("m", [], [a]))[1][0][1] for a in arrays]
     assert [os.path.exists(p) for p in paths] == [False, True, True]  # least recently sent out first
     shared.export(Module("m", [], [arrays[1]]))  # sent again: most recent now
