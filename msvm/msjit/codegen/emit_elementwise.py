@@ -42,9 +42,11 @@ FLAGS = ("contract",)
 # constant loop would leave more than a register's worth to the remainder loop. Measured (launcher
 # included, same process): W6's 200 ops on 8×8 (depth 151) 1.52 → 0.97 µs for optimise + codegen 66 →
 # 96 ms (interleaving 4× ran the same at 155 ms); 200 ops on 64×64 61 → 23 µs; on 7×7 4 registers
-# ran 1.54 → 1.94 µs (a 17-element remainder), hence the fit.
+# ran 1.54 → 1.94 µs (a 17-element remainder), hence the fit. Two registers, not four: W6 1.39 (one)
+# → 1.09 µs (two) → 0.89 µs (four) for optimise + codegen 32 → 35 → 50 ms (in process, medians of 3);
+# a fifth of a microsecond a call does not buy 15 ms more of every such compile.
 LONG_CHAIN = 16
-CHAIN_VECTORS = 4
+CHAIN_VECTORS = 2
 CHAIN_BUDGET = 640
 _SQRT_2_OVER_PI = 0.7978845608028654
 _INV_SQRT2 = 0.7071067811865476

@@ -8,6 +8,7 @@ from codegen_helpers import assert_close, check, compiled, interpret, rand, regi
 
 from msvm.kernels import gemm_packed
 from msvm.msjit.codegen import lower
+from msvm.msjit.codegen.emit_elementwise import CHAIN_VECTORS
 from msvm.msjit.codegen.kernels import THREADS
 from msvm.native import host
 
@@ -261,7 +262,7 @@ LANES = host.cpu()["vector_bits"] // 32  # float32 lanes of a vector register
 
 @pytest.mark.parametrize(
     "steps, n, registers",
-    [(3, 8 * LANES, None), (12, 8 * LANES, 4), (12, 6 * LANES + 1, 2), (12, 2 * LANES - 1, None),
+    [(3, 8 * LANES, None), (12, 8 * LANES, CHAIN_VECTORS), (12, 6 * LANES + 1, 2), (12, 2 * LANES - 1, None),
      (80, 8 * LANES, 2)],
 )
 def test_long_chains_run_vectors_side_by_side_within_a_compile_budget(steps, n, registers):
