@@ -259,13 +259,13 @@ def _op_call(step: Step, info: FunctionInfo, module: Module) -> None:
     ins = step.ins
     op: OpDef = REGISTRY[ins["op"]]
     attrs = info.attrs[step.address]
-    static = {k: v for k, v in attrs.items() if not _has_reg(v)}
-    dynamic = {k: v for k, v in attrs.items() if _has_reg(v)}
+    static = {k: v for k, v in attrs.items() if not has_reg(v)}
+    dynamic = {k: v for k, v in attrs.items() if has_reg(v)}
     in_types = [info.types[r] for r in ins["srcs"]]
     out_types = [info.types[r] for r in ins["dsts"]]
     binding = bind_site(op, static, in_types, out_types, address=step.address)
     kernel = binding.kernel
-    if not all(_entry_evaluable(t, info) for t in out_types):
+    if not all(entry_evaluable(t, info) for t in out_types):
         kernel = _size_checked(kernel, op, attrs, step.address)
     step.variant, step.reason, step.dispatcher = binding.variant, binding.reason, binding.dispatcher
     k = f"K{step.address}"
@@ -283,8 +283,8 @@ def _op_call(step: Step, info: FunctionInfo, module: Module) -> None:
         step.line = f"{', '.join(reg(d) for d in dsts)}{',' if len(dsts) == 1 else ''} = {call}"
 
 
-def _has_reg(value: Any) -> bool:
-    return isinstance(value, RegRef) or (isinstance(value, tuple) and any(_has_reg(v) for v in value))
+def has_reg(value: Any) -> bool:
+    return isinstance(value, RegRef) or (isinstance(value, tuple) and any(has_reg(v) for v in value))
 
 
 def _attr_expr(value: Any, step: Step, name: str) -> str:
@@ -298,7 +298,7 @@ def _attr_expr(value: Any, step: Step, name: str) -> str:
     return name
 
 
-def _entry_evaluable(t: TensorType | None, info: FunctionInfo) -> bool:
+def entry_evaluable(t: TensorType | None, info: FunctionInfo) -> bool:
     return isinstance(t, TensorType) and all(
         not d.is_unknown and d.free_symbols <= info.entry_symbols for d in t.shape
     )

@@ -26,6 +26,7 @@ from ..scheduler import binding_settings
 from ..shapes import match_shape
 from ..verifier import FunctionInfo, ModuleInfo, verify_module
 from .codegen import ENTRY_LINE, Generated, generate
+from .fusion import fuse_epilogues
 from .lowering import Step, check_size, lower_function
 
 _MAX_SEEN = 4096  # distinct input signatures remembered per function
@@ -115,7 +116,8 @@ class Executable:
             gen = getattr(self, attr)
             if gen is None:
                 regions = self.jit.dispatch
-                gen = generate(self.info, self.steps, self._names(traced), traced=traced, regions=regions)
+                steps = self.steps if traced else fuse_epilogues(self.info, self.steps, regions)
+                gen = generate(self.info, steps, self._names(traced), traced=traced, regions=regions)
                 setattr(self, attr, gen)
                 if not traced:
                     self.fast = gen.fn

@@ -449,15 +449,30 @@ def applies(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> bool
 
 
 def make(attrs: Mapping[str, Any]) -> Kernel:
-    """The variant's kernel: ``kernel(x, weight, bias=None)`` like the reference."""
+    """The variant's kernel: ``kernel(x, weight, bias=None)`` like the reference, and as its attribute
+    ``with_epilogue`` the same with a residual add and a ReLU after it (the interpreter's fusion)."""
     fallback = reference_conv2d(attrs)
     geometry = geometry_for(attrs)
 
-    def kernel(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    def with_epilogue(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, *,
+                      residual: np.ndarray | None = None, relu: bool = False) -> np.ndarray | None:
+        """``relu(conv + residual)`` (each optional) computed natively, or None where the native kernel
+        does not take these operands (a residual must have the output's shape and dtype)."""
         geo = geometry(x.shape, weight.shape)
         if not native_operands(geo, x, weight, bias) or geo.oc_group < 8:
-            return fallback(x, weight, bias)
+            return None
+        if residual is not None:
+            shape = (geo.n, geo.c_out, geo.oh, geo.ow)
+            if residual.dtype != x.dtype or residual.shape != (shape if geo.batched else shape[1:]):
+                return None
+            residual = np.ascontiguousarray(residual).reshape(shape)
         x4 = np.ascontiguousarray(x if geo.batched else x[None])
-        return finish(geo, conv2d_nchwc(x4, weight, bias, geo))
+        epilogue = Epilogue(residual=residual is not None, relu_out=relu)
+        return finish(geo, conv2d_nchwc(x4, weight, bias, geo, epilogue=epilogue, residual=residual))
 
+    def kernel(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        out = with_epilogue(x, weight, bias)
+        return fallback(x, weight, bias) if out is None else out
+
+    kernel.with_epilogue = with_epilogue  # type: ignore[attr-defined]
     return kernel

@@ -287,6 +287,14 @@ class Dispatcher:
 
         return dispatch
 
+    def choose(self, *arrays: Any) -> Choice:
+        """The choice a call on ``arrays`` (no dynamic attributes) runs — for a caller that runs it its own
+        way (the interpreter's fused conv epilogue); it is this thread's last choice from now on."""
+        key = tuple([a.shape for a in arrays])
+        choice = self.decisions.get(key) or self.decide(key, arrays, {})
+        self._tls.last = choice
+        return choice
+
     @property
     def last_choice(self) -> Choice | None:
         """The choice this thread's last call through this site used."""
