@@ -336,16 +336,32 @@ def applies_linear(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) 
 
 def make_linear(attrs: Mapping[str, Any]) -> Kernel:
     """``linear``'s ``pool`` kernel: ``kernel(x, w, b=None)`` like the reference; a constant weight is
-    packed once (up to ``PACK_ONCE_MAX_BYTES``), any other a panel at a time."""
+    packed once (up to ``PACK_ONCE_MAX_BYTES``), any other a panel at a time. Its attribute
+    ``with_epilogue`` adds a residual and a ReLU after it (the interpreter's fusion)."""
     fallback = get_op("linear").kernel
 
-    def kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    def with_epilogue(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
+                      residual: np.ndarray | None = None, relu: bool = False) -> np.ndarray | None:
+        """``relu(linear + residual)`` (each optional) by the job, or None where it does not take these
+        operands (a residual must have the output's shape and dtype)."""
         shapes = (x.shape, w.shape) if b is None else (x.shape, w.shape, b.shape)
         name = float_name(x.dtype)
         if name is None or w.dtype != x.dtype or (b is not None and b.dtype != x.dtype) \
                 or not applies_linear(shapes, {}):
-            return fallback(x, w) if b is None else fallback(x, w, b)
+            return None
+        if residual is not None:
+            if residual.dtype != x.dtype or residual.shape != (*x.shape[:-1], w.shape[0]):
+                return None
+            residual = np.ascontiguousarray(residual)
         once = is_constant(w) and is_constant(b) and w.nbytes <= PACK_ONCE_MAX_BYTES
-        return linear(np.ascontiguousarray(x), w, b, pack=once)
+        return linear(np.ascontiguousarray(x), w, b, pack=once, residual=residual,
+                      epilogue=Epilogue(residual=residual is not None, relu_out=relu))
 
+    def kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        out = with_epilogue(x, w, b)
+        if out is None:
+            return fallback(x, w) if b is None else fallback(x, w, b)
+        return out
+
+    kernel.with_epilogue = with_epilogue  # type: ignore[attr-defined]
     return kernel

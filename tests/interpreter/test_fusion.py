@@ -142,3 +142,25 @@ def test_no_fusion_across_the_edge_of_a_jit_region():
     edge = SimpleNamespace(addresses=frozenset({conv.address, conv.address + 1}))
     assert len(fuse_epilogues(exe.info, exe.steps, [inside])) == len(exe.steps) - 2
     assert fuse_epilogues(exe.info, exe.steps, [edge]) == exe.steps
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_a_linear_and_its_residual_add_run_as_one_step(relu):
+    """A transformer's projection + skip connection; the job pool's GEMM applies the add (and ReLU)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    skip = rng.standard_normal((64, 128)).astype(np.float32)
+    weight = (rng.standard_normal((128, 256)) * 0.1).astype(np.float32)
+    bias = rng.standard_normal(128).astype(np.float32)
+    mb = ModuleBuilder("t")
+    f = mb.function("f", ["x", "skip"])
+    xr, sr = f.tensor_input(0, "[L, 256]", "float32"), f.tensor_input(1, "[L, 128]", "float32")
+    y = f.call("add", [sr, f.call("linear", [xr, f.load_const(weight), f.load_const(bias)])])
+    f.ret(f.call("relu", [y]) if relu else y)
+    exe = Program(mb.build()).function("f")
+    out = exe(x, skip)
+    producer = next(s for s in exe.steps if s.ins.name == "OP_CALL" and s.ins["op"] == "linear")
+    assert len(fused_lines(exe)) == 1 and producer.choice.variant == "pool"  # it takes the epilogue
+    want = skip + (x @ weight.T + bias)
+    np.testing.assert_allclose(out, np.maximum(want, 0) if relu else want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(out, traced(exe, x, skip)[0])
