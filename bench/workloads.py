@@ -34,7 +34,8 @@ from .models import Workload, workloads
 BUCKETS = (1, 4, 16, 64, 256, 1024)
 SWITCH_PASSES = 3
 STEADY_ROUNDS, STEADY_SAMPLE_S = 9, 0.1  # steady medians: rounds over every engine, one sample each
-STREAM_ROUNDS = 3  # stream totals: the median of this many runs of the whole stream per engine
+STREAM_ROUNDS = 5  # stream totals: the median of this many runs of the whole stream per engine (3 left
+# W3's engines, a few percent apart, in a different order run to run on this drifting machine)
 SETTLE_S = 0.2  # before each engine's sample: the last engine's BLAS/OpenMP threads stop spinning
 LANDING_LIMIT_S = 10.0  # how long measure_landing waits for a first native call
 
