@@ -379,3 +379,29 @@ def test_two_threads_with_different_shapes_get_correct_results(fake_variants):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_a_unary_op_s_pooled_output_type_is_inferred_once_per_dtype(monkeypatch):
+    """A pooled output is sized from the op's shape function; a unary elementwise op's output has its
+    input's shape, so at every new shape only the dtype is needed, and that is asked once."""
+    from msvm.bytecode import ModuleBuilder
+    from msvm.interpreter import Program
+    from msvm.scheduler import dispatch
+
+    inferred = []
+    real = dispatch._inferred_type
+    monkeypatch.setattr(dispatch, "_inferred_type", lambda op, *a: inferred.append(op.name) or real(op, *a))
+    monkeypatch.setattr(dispatch, "_UNARY_DTYPES", {})
+    for dtype in ("float32", "float64"):
+        mb = ModuleBuilder("t")
+        f = mb.function("f", ["x"])
+        f.ret(f.call("gelu", [f.tensor_input(0, "[N, 1024]", dtype)]))
+        fn = Program(mb.build()).function("f")
+        for n in (100, 150, 230):  # 400–940 KiB: pooled
+            x = np.random.default_rng(n).standard_normal((n, 1024)).astype(dtype)
+            out = fn(x)
+            assert out.shape == x.shape and out.dtype == x.dtype
+            np.testing.assert_allclose(out, REGISTRY["gelu"].kernel(x), rtol=1e-5, atol=1e-6)
+        site = next(s for s in fn.steps if s.dispatcher is not None).dispatcher
+        assert site.pooled and len(site.decisions) == 3
+    assert inferred == ["gelu", "gelu"]
