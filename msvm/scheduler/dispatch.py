@@ -289,7 +289,7 @@ class Dispatcher:
 
     def choose(self, *arrays: Any) -> Choice:
         """The choice a call on ``arrays`` (no dynamic attributes) runs — for a caller that runs it its own
-        way (the interpreter's fused conv epilogue); it is this thread's last choice from now on."""
+        way (the interpreter's fused epilogues); it is this thread's last choice from now on."""
         key = tuple([a.shape for a in arrays])
         choice = self.decisions.get(key) or self.decide(key, arrays, {})
         self._tls.last = choice

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
+from ...kernels import elementwise as native_elementwise
 from ...native import host, mathlib
 from ...native.irhelpers import fma, intrinsic, nan_extreme
 from ...ops.registry import REGISTRY
@@ -28,7 +29,7 @@ from ...shapes import Dim
 from . import dtypes
 from .buffers import Buffer
 from .dtypes import F32, I1, I8, I64, cast, constant, is_float
-from .emit import FnBuilder, ModuleEmitter, loop_nest
+from .emit import FnBuilder, ModuleEmitter, loop_nest, run_job
 from .kernels import Kernel, expr_buffers, has_checks
 from .nodes import Const, Expr, Load, Map, replace, summary, walk
 from .views import ONE, View, numel, same
@@ -194,7 +195,7 @@ def _gelu(fb: FnBuilder, args: Values, dtype: str, attrs: dict) -> ir.Value:
     x = args[0]
     b = fb.b
     if x.type == F32 and attrs.get("approximate") != "tanh":
-        return gelu_rational(fb, x)
+        return mathlib.emit_gelu_f32(b, x)
     half_x = b.fmul(x, _const_like(x, 0.5), flags=FLAGS)
     if attrs.get("approximate") == "tanh":
         cube = b.fmul(b.fmul(x, x), x)
@@ -205,56 +206,6 @@ def _gelu(fb: FnBuilder, args: Values, dtype: str, attrs: dict) -> ir.Value:
     if x.type == dtypes.F16:
         return b.fmul(half_x, b.fadd(_const_like(x, 1.0), t))
     return fma(b, half_x, t, half_x)  # x/2·(1 + t) with one rounding less
-
-
-# erf(u) ≈ u·P(u²)/Q(u²) on [-4, 4] (Eigen's float erf, as used by XLA/TensorFlow): absolute error ≤
-# 5e-7 in float32, which is what gelu(x) = x·(1/2 + erf(x/√2)/2) needs (standalone erf keeps
-# mathlib's ≤ 3 ulp). In ``gelu_rational`` the 1/√2 and the 1/2 are folded into the coefficients (u² =
-# x²/2 scales them by powers of two, exactly) and both polynomials are evaluated in pairs (Estrin), so
-# the dependent chain is short: 10 FMAs and one division per element. W5's row kernel against erf(x/√2)
-# first and Horner's rule (minimum of alternating rounds, same process): 94–96 vs 100–102 µs at
-# 128×1024 on one thread, 1.67 vs 1.74–1.78 ms at 4096×1024. (A reciprocal estimate plus Newton steps
-# instead of the division measured slower on Zen 4, and one step alone is not accurate enough where
-# 1/2 + erf/2 cancels.)
-_ERF_P = (
-    -1.60960333262415e-02,
-    -2.95459980854025e-03,
-    -7.34990630326855e-04,
-    -5.69250639462346e-05,
-    -2.10102402082508e-06,
-    2.77068142495902e-08,
-    -2.72614225801306e-10,
-)
-_ERF_Q = (
-    -1.42647390514189e-02,
-    -7.37332916720468e-03,
-    -1.68282697438203e-03,
-    -2.13374055278905e-04,
-    -1.45660718464996e-05,
-)
-_GELU_P = tuple(p * _INV_SQRT2 * 0.5 ** (k + 1) for k, p in enumerate(_ERF_P))
-_GELU_Q = tuple(q * 0.5**k for k, q in enumerate(_ERF_Q))
-_GELU_CLAMP = 4.0 / _INV_SQRT2  # where x/√2 reaches the approximation's bound
-
-
-def gelu_rational(fb: FnBuilder, x: ir.Value) -> ir.Value:
-    """float32 gelu (NaN stays NaN through the clamp's selects; -inf gives NaN, as the exact form)."""
-    b = fb.b
-    lo, hi = _const_like(x, -_GELU_CLAMP), _const_like(x, _GELU_CLAMP)
-    xc = extreme(b, extreme(b, x, lo, "float32", True), hi, "float32", False)
-    s = b.fmul(xc, xc)
-    s2 = b.fmul(s, s)
-
-    def poly(coeffs: Sequence[float]) -> ir.Value:
-        pairs = [fma(b, s, _const_like(x, coeffs[i + 1]), _const_like(x, coeffs[i])) if i + 1 < len(coeffs)
-                 else _const_like(x, coeffs[i]) for i in range(0, len(coeffs), 2)]
-        acc = pairs[-1]
-        for pair in reversed(pairs[:-1]):
-            acc = fma(b, s2, acc, pair)
-        return acc
-
-    r = b.fdiv(b.fmul(xc, poly(_GELU_P)), poly(_GELU_Q))
-    return b.fmul(x, b.fadd(_const_like(x, 0.5), r))
 
 
 def _clamp(fb: FnBuilder, args: Values, dtype: str, attrs: dict) -> ir.Value:
@@ -386,8 +337,27 @@ def chain_width(extent: Dim, registers: int, itemsize: int) -> int | None:
     return None
 
 
+def native_unary(expr: Expr, out: Buffer, view: View) -> tuple[str, Load] | None:
+    """(the native job's form, its source) when ``out[view] = expr`` is one op of
+    ``kernels.elementwise`` on a dense array of the output's float dtype, else None. Such a kernel
+    fuses nothing, and its transcendental is most of a region's LLVM time (W3's GELU: 17 of 27 ms), so
+    it calls the interpreter's job for the op — a library compiled once per process — instead."""
+    if not (isinstance(expr, Map) and len(expr.args) == 1 and isinstance(expr.args[0], Load)):
+        return None
+    src, attrs = expr.args[0], dict(expr.attrs)
+    form = "gelu_tanh" if expr.op == "gelu" and attrs.get("approximate") == "tanh" else expr.op
+    dtype = expr.dtype
+    if form not in native_elementwise.FLOPS_PER_ELEMENT or dtype not in native_elementwise.FLOATS:
+        return None
+    if src.dtype != dtype or out.dtype != dtype or not (view.is_contiguous() and src.view.is_contiguous()):
+        return None
+    same_place = src.buffer.resolve() is out.resolve() and same(src.view.offset, view.offset)
+    return (form, src) if same_place or src.buffer.resolve() is not out.resolve() else None
+
+
 class ElementwiseKernel(Kernel):
-    """``out[view] = expr``: one loop nest over the output, every fused op inlined in its body."""
+    """``out[view] = expr``: one loop nest over the output, every fused op inlined in its body (or one
+    native job's call, ``native_unary``)."""
 
     def __init__(self, out: Buffer, view: View, expr: Expr) -> None:
         self.out, self.view, self.expr = out, view, expr
@@ -403,11 +373,13 @@ class ElementwiseKernel(Kernel):
         return self.expr
 
     def parallel_work(self) -> Dim | None:
-        return numel(self.view.shape)
+        return None if native_unary(self.expr, self.out, self.view) else numel(self.view.shape)
 
     def describe(self) -> str:
         shape = "x".join(map(str, self.view.shape)) or "scalar"
-        return f"elementwise[{shape}] {self.out.resolve().name} = {summary(self.expr)}"
+        native = native_unary(self.expr, self.out, self.view)
+        tail = f" (native {native[0]})" if native else ""
+        return f"elementwise[{shape}] {self.out.resolve().name} = {summary(self.expr)}{tail}"
 
     def is_noop(self) -> bool:
         """A copy of the output onto itself (what a copy becomes when its source is folded into it)."""
@@ -428,6 +400,16 @@ class ElementwiseKernel(Kernel):
 
     def emit(self, em: ModuleEmitter) -> FnBuilder:
         fb = em.function("ew", [self.out, *self.reads()])
+        native = native_unary(self.expr, self.out, self.view)
+        if native is not None:
+            form, src = native
+            n = fb.dim(numel(self.view.shape))
+            values = {"x": fb.at(src.buffer, src.view.offset), "out": fb.at(self.out, self.view.offset),
+                      "n": n}
+            work = fb.b.mul(n, ir.Constant(I64, native_elementwise.FLOPS_PER_ELEMENT[form]))
+            run_job(fb, native_elementwise.FRAME, values, ("unary", form, self.out.dtype), work)
+            fb.finish()
+            return fb
         expr, view = collapse(self.expr, self.view)
         if self.is_copy():
             row = dtypes.itemsize(self.out.dtype)

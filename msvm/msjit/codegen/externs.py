@@ -67,6 +67,10 @@ def resolve(key: Key, constants: Sequence[np.ndarray]) -> int:
         from ...kernels import rows
 
         return rows.job_address(*args)
+    if kind == "unary":
+        from ...kernels import elementwise
+
+        return elementwise.job_address(*args)
     raise LookupError(f"unknown extern {key!r}")
 
 

@@ -633,6 +633,45 @@ def test_unfused_row_kernels_call_the_native_jobs(mode):
     assert rows_ == ["native layer_norm)", "native softmax)"], r.lowered.kernels
 
 
+@pytest.mark.parametrize("op, attrs", [("gelu", {}), ("gelu", {"approximate": "tanh"}), ("exp", {}),
+                                       ("tanh", {}), ("sigmoid", {}), ("silu", {})])
+def test_a_lone_transcendental_calls_the_native_job(mode, op, attrs):
+    """One of ``kernels.elementwise``'s ops on a dense array fuses nothing: it calls the interpreter's job
+    (no loop of its own to compile: the region is one unoptimised module), to the same bits."""
+    from codegen_helpers import compiled, interpret
+
+    def body(f, x):
+        return f.call(op, [x], attrs)
+
+    r = run_modes(mode, body, [((37, 64), "float32")], sym={"L": [(0, 0), (0, 1)]})
+    native = [k for k in r.lowered.kernels if "(native" in k]
+    form = "gelu_tanh" if attrs else op
+    assert len(native) == 1 and native[0].endswith(f"(native {form})") and r.lowered.loop_ir == ""
+    m = region(body, [("[300, 64]", "float32")])
+    x = rand((300, 64))
+    np.testing.assert_array_equal(compiled(m).fn(x), interpret(m, x))  # the interpreter's simd variant
+
+
+def test_a_transcendental_in_place_on_a_gemm_result_calls_the_native_job():
+    """A transformer's FFN: the GELU on the first GEMM's output, in place."""
+
+    def body(f, x, w):
+        return f.call("matmul", [f.call("gelu", [f.call("matmul", [x, w])]), f.call("transpose", [w])])
+
+    m = region(body, [("[40, 64]", "float32"), ("[64, 96]", "float32")])
+    r = check(m, rand((40, 64)), rand((64, 96)))
+    assert any(k.endswith("(native gelu)") for k in r.lowered.kernels), r.lowered.kernels
+
+
+def test_a_strided_or_fused_transcendental_is_generated():
+    def body(f, x, y):
+        return f.call("exp", [f.call("transpose", [x])]), f.call("tanh", [f.call("add", [x, y])])
+
+    m = region(body, [("[24, 40]", "float32"), ("[24, 40]", "float32")])
+    r = check(m, rand((24, 40)), rand((24, 40)))
+    assert not any("native" in k for k in r.lowered.kernels), r.lowered.kernels
+
+
 def test_fused_row_kernels_are_generated():
     def body(f, x, w, b):
         return f.call("layer_norm", [f.call("gelu", [x]), w, b], {"normalized_shape": (64,)})
