@@ -11,10 +11,10 @@ loop is a job (``void <name>(i64* frame)``, fields ``FRAME``) that takes its ele
 from an atomic counter, so large arrays run on both cores (``threads.POOL``).
 
 Accuracy against the references: within mathlib's bounds, a few ulp, computed in the input's
-dtype. Exact gelu is ``x/2 · (1 + erf(x/√2))`` as in PyTorch, so it inherits erf's absolute error
-where 1 + erf cancels (≤ 1.5e-7 in float32: a relative 1e-5 near x ≈ −3), and below x ≈ −5.5
-(float32) / −8.5 (float64) it returns 0 where the reference (erfc in float64) keeps values under
-1e-7 / 1e-16.
+dtype. Exact gelu is ``x/2 · (1 + erf(x/√2))`` as in PyTorch: in float64 by erf, so it inherits erf's
+absolute error where 1 + erf cancels, and in float32 by mathlib's rational GELU (absolute error
+≤ 5e-7), the JIT's form, so that the two agree to the bit; below x ≈ −5.5 (float32) / −8.5 (float64)
+it returns 0 where the reference (erfc in float64) keeps values under 1e-7 / 1e-16.
 Inputs that are not C-contiguous are copied first; other dtypes never reach these kernels (the
 variants are registered for float32 and float64 only).
 """
