@@ -32,7 +32,7 @@ BUDGET = 256 << 20
 _DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
 _files: dict[int, tuple[weakref.ref, str, int]] = {}  # id(array) -> (the array, its file, bytes), LRU order
 _counter = itertools.count()
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a finalizer (_forget) may run in a GC inside a locked section
 _swept = False
 
 
@@ -88,7 +88,7 @@ def _evict(keep: set[str]) -> None:
                 break
             if path in keep:
                 continue
-            del _files[key]
+            _files.pop(key, None)  # (a finalizer run by a collection in here may have dropped it)
             total -= n
             with contextlib.suppress(OSError):
                 os.unlink(path)

@@ -385,6 +385,37 @@ def test_shared_files_stay_within_their_budget(monkeypatch):
     assert [os.path.exists(p) for p in (again, paths[1], paths[2])] == [True, True, False]
 
 
+def test_a_file_the_collector_forgets_during_an_eviction_does_not_deadlock(monkeypatch):
+    """Any allocation in a locked section may run the cyclic collector, and with it the finalizer of an
+    array whose file is listed: it takes the same lock (a benchmark hung there, every thread waiting)."""
+    from msvm.bytecode import Module
+    from msvm.msjit.codegen import shared
+
+    class Holder:
+        pass
+
+    garbage = Holder()
+    garbage.cycle, garbage.array = garbage, np.ones(shared.MIN_BYTES // 4 + 1, np.float32)
+    path = shared._file_of(garbage.array)
+    del garbage  # only the collector frees it now
+    unlink = os.unlink
+
+    def collecting_unlink(p):
+        gc.collect()
+        unlink(p)
+
+    monkeypatch.setattr(shared, "BUDGET", 0)  # every file but the one sent goes
+    monkeypatch.setattr(os, "unlink", collecting_unlink)
+    fresh = np.ones(shared.MIN_BYTES // 4 + 1, np.float32)
+    sent = []
+    module = Module("m", [], [fresh])
+    exporter = threading.Thread(target=lambda: sent.append(shared.export(module)), daemon=True)
+    exporter.start()
+    exporter.join(10)
+    assert sent, "export deadlocked"
+    assert not os.path.exists(path) and os.path.exists(sent[0][1][0][1])
+
+
 def test_files_of_processes_that_are_gone_are_swept(monkeypatch):
     import subprocess
 
