@@ -351,8 +351,9 @@ def native_unary(expr: Expr, out: Buffer, view: View) -> tuple[str, Load] | None
         return None
     if src.dtype != dtype or out.dtype != dtype or not (view.is_contiguous() and src.view.is_contiguous()):
         return None
-    same_place = src.buffer.resolve() is out.resolve() and same(src.view.offset, view.offset)
-    return (form, src) if same_place or src.buffer.resolve() is not out.resolve() else None
+    if src.buffer.resolve() is out.resolve() and not same(src.view.offset, view.offset):
+        return None  # a shifted view of the output: one thread's chunk would read what another wrote
+    return form, src
 
 
 class ElementwiseKernel(Kernel):
