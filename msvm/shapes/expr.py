@@ -190,6 +190,18 @@ class Dim:
         return next(iter(self._poly))[0]
 
     @property
+    def terms(self) -> tuple[tuple[int, tuple[str | tuple[str, Dim, Dim], ...]], ...]:
+        """The normal form as a sum of ``(coefficient, factors)``, each factor a symbol name or
+        ``(op, a, b)`` for ``a//b``, ``a%b``, ``min(a,b)``, ``max(a,b)``: what a code generator walks
+        (reparsing the text would need a parser, and ``ast`` is not safe off the main thread on 3.11)."""
+        if self._poly is None:
+            raise ShapeError("'?' has no terms: it is known only at run time", code="E-SHAPE-UNKNOWN")
+        return tuple(
+            (k, tuple(a if isinstance(a, str) else (a.op, *a.args) for a in mono))
+            for mono, k in sorted(self._poly.items(), key=_print_order)
+        )
+
+    @property
     def free_symbols(self) -> frozenset[str]:
         try:
             return self._free

@@ -53,3 +53,37 @@ def test_four_threads_with_changing_shapes_while_compiles_land() -> None:
     assert all(e["status"] == "compiled" for e in info), [e["reason"] for e in info]
     assert sum(e["hits"] for e in info) > 0
     assert len([e for e in info if e["function"] == "bucket_fn"]) <= 2
+
+
+@jit(hot_threshold=1, cache_mode="bucket", bucket_boundaries=(8,))
+def shifted_fn(x: Tensor["N", 16]):
+    return ops.relu(x - 0.5)
+
+
+def test_the_compiler_thread_builds_no_python_ast(monkeypatch) -> None:
+    """CPython 3.11 counts AST constructor recursion in one place for all threads: an ``ast.parse`` on
+    the compiler thread can fail the user's (a notebook's lazy imports parse grammars) with
+    "AST constructor recursion depth mismatch". Generated code must come from compiling text only."""
+    import ast
+    import builtins
+
+    off_main: list[str] = []
+    real = builtins.compile
+
+    def watched(source, filename, mode, flags=0, *args, **kwargs):
+        if threading.current_thread() is not threading.main_thread() and (
+            flags & ast.PyCF_ONLY_AST or isinstance(source, ast.AST)
+        ):
+            off_main.append(f"{threading.current_thread().name}: {filename}")
+        return real(source, filename, mode, flags, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "compile", watched)
+    rng = np.random.default_rng(0)
+    for n in (5, 6, 7, 5, 6, 7):
+        x = rng.random((n, 16), dtype=np.float32)
+        np.testing.assert_array_equal(shifted_fn(x), np.maximum(x - 0.5, 0.0))
+        ms.vm.wait_for_compiles(60)
+    info = [e for e in ms.vm.jit_info() if e["function"] == "shifted_fn"]
+    assert info and all(e["status"] == "compiled" for e in info), [e["reason"] for e in info]
+    assert sum(e["hits"] for e in info) > 0
+    assert off_main == []

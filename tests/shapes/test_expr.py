@@ -426,3 +426,16 @@ def test_parser_never_raises_anything_else(text):
         assert 0 <= err.pos <= len(text)
     else:
         assert parse_dim(str(dim)) == dim
+
+
+def test_terms_expose_the_normal_form_in_print_order():
+    d = Dim("min(H,N)*3 - W//2 + 1")
+    assert str(d) == "-(W//2)+min(H,N)*3+1"
+    (k1, (f1,)), (k2, (f2,)), (k3, ()) = d.terms
+    assert (k1, f1[0], str(f1[1]), str(f1[2])) == (-1, "//", "W", "2")
+    assert (k2, f2[0], str(f2[1]), str(f2[2])) == (3, "min", "H", "N")
+    assert k3 == 1
+    assert Dim("H*H*2").terms == ((2, ("H", "H")),)
+    assert Dim(0).terms == ()
+    with pytest.raises(ShapeError, match="known only at run time"):
+        _ = Dim("?").terms

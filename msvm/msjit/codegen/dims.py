@@ -1,21 +1,20 @@
 """Symbolic dims in generated code: LLVM IR over the run-time params, upper bounds, Python evaluators.
 
-Why through the dim's text: a ``Dim`` prints in a small grammar (``H*2``, ``(W+1)//2``, ``min(H,N)``)
-that is also Python expression syntax, so the standard ``ast`` module parses it into a tree we
-walk three ways — emit i64 IR (bucket mode: loop bounds and strides computed from the params),
-bound it by interval arithmetic (arena sizes for a bucket's upper bounds) and compile it to a
-Python function (the launcher's output shapes). Every node is checked against a whitelist first,
-so nothing but integer arithmetic on symbol names is ever compiled. ``//`` and ``%`` floor like
-Python (and like ``Dim.evaluate``); a zero divisor yields 0 instead of trapping, since the launcher
-rejects such shapes before native code runs.
+Each walks a ``Dim``'s normal form (``Dim.terms``: a sum of coefficient × factors, a factor being a
+symbol or ``a//b``, ``a%b``, ``min``, ``max`` of two dims) three ways — emit i64 IR (bucket mode:
+loop bounds and strides computed from the params), bound it by interval arithmetic (arena sizes for
+a bucket's upper bounds) and print it as Python (the launcher's output shapes). Not through ``ast``:
+these run on the compiler thread, and CPython 3.11's AST constructor keeps one recursion counter for
+all threads, so a parse here fails a parse on the user's thread ("AST constructor recursion depth
+mismatch"). ``//`` and ``%`` floor like Python (and like ``Dim.evaluate``); in IR a zero divisor
+yields 0 instead of trapping, since the launcher rejects such shapes before native code runs.
 """
 
 from __future__ import annotations
 
-import ast
-import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from llvmlite import ir
 
@@ -23,32 +22,40 @@ from ...shapes import Dim
 from .errors import LoweringError
 
 I64 = ir.IntType(64)
-_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
 INF = math.inf
+T = TypeVar("T")
 
 
-@functools.lru_cache(maxsize=8192)
-def parse(dim: Dim) -> ast.expr:
-    """The checked syntax tree of ``dim``."""
+def fold(
+    dim: Dim,
+    const: Callable[[int], T],
+    symbol: Callable[[str], T],
+    apply: Callable[[str, T, T], T],
+) -> T:
+    """``dim`` rebuilt bottom-up: ``apply(op, x, y)`` for op in ``+ * // % min max``."""
     if dim.is_unknown:
         raise LoweringError(
             "a dim is '?' (unknown until run time): regions must have entry-determined shapes"
         )
-    tree = ast.parse(str(dim), mode="eval").body
-    for node in ast.walk(tree):
-        ok = isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.USub, ast.Call, *_BINOPS)) or (
-            isinstance(node, ast.Constant) and type(node.value) is int
-        )
-        if isinstance(node, ast.Call):
-            ok = (
-                isinstance(node.func, ast.Name)
-                and node.func.id in ("min", "max")
-                and len(node.args) == 2
-                and not node.keywords
-            )
-        if not ok:
-            raise LoweringError(f"dim {dim} has unsupported syntax ({type(node).__name__})")
-    return tree
+
+    def factor(f: str | tuple[str, Dim, Dim]) -> T:
+        if isinstance(f, str):
+            return symbol(f)
+        op, a, b = f
+        return apply(op, fold(a, const, symbol, apply), fold(b, const, symbol, apply))
+
+    total = None
+    for k, factors in dim.terms:
+        term = None
+        for f in factors:
+            x = factor(f)
+            term = x if term is None else apply("*", term, x)
+        if term is None:
+            term = const(k)
+        elif k != 1:
+            term = apply("*", term, const(k))
+        total = term if total is None else apply("+", total, term)
+    return const(0) if total is None else total
 
 
 # -- IR -----------------------------------------------------------------------------------------------
@@ -88,36 +95,25 @@ def floormod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 
 def emit(b: ir.IRBuilder, dim: Dim, params: Mapping[str, ir.Value]) -> ir.Value:
     """``dim`` as an i64 IR value computed from the run-time ``params`` (by symbol name)."""
-    if dim.is_const:
-        return ir.Constant(I64, dim.value)
 
-    def walk(node: ast.expr) -> ir.Value:
-        if isinstance(node, ast.Constant):
-            return ir.Constant(I64, node.value)
-        if isinstance(node, ast.Name):
-            try:
-                return params[node.id]
-            except KeyError:
-                raise LoweringError(f"symbol {node.id} of {dim} is not a run-time parameter") from None
-        if isinstance(node, ast.UnaryOp):
-            return b.neg(walk(node.operand))
-        if isinstance(node, ast.Call):
-            x, y = walk(node.args[0]), walk(node.args[1])
-            pred = "<" if node.func.id == "min" else ">"
-            return b.select(b.icmp_signed(pred, x, y), x, y)
-        x, y = walk(node.left), walk(node.right)
-        op = type(node.op)
-        if op is ast.Add:
+    def symbol(name: str) -> ir.Value:
+        try:
+            return params[name]
+        except KeyError:
+            raise LoweringError(f"symbol {name} of {dim} is not a run-time parameter") from None
+
+    def apply(op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+        if op == "+":
             return b.add(x, y)
-        if op is ast.Sub:
-            return b.sub(x, y)
-        if op is ast.Mult:
+        if op == "*":
             return b.mul(x, y)
-        if op is ast.FloorDiv:
+        if op == "//":
             return floordiv(b, x, y)
-        return floormod(b, x, y)
+        if op == "%":
+            return floormod(b, x, y)
+        return b.select(b.icmp_signed("<" if op == "min" else ">", x, y), x, y)
 
-    return walk(parse(dim))
+    return fold(dim, lambda k: ir.Constant(I64, k), symbol, apply)
 
 
 # -- bounds -------------------------------------------------------------------------------------------
@@ -149,30 +145,18 @@ def _div(a: Interval, b: Interval) -> Interval:
 
 def interval(dim: Dim, ranges: Mapping[str, Interval]) -> Interval:
     """An interval containing every value of ``dim`` when each symbol lies in its range."""
-    if dim.is_const:
-        return float(dim.value), float(dim.value)
 
-    def walk(node: ast.expr) -> Interval:
-        if isinstance(node, ast.Constant):
-            return float(node.value), float(node.value)
-        if isinstance(node, ast.Name):
-            return ranges.get(node.id, (-INF, INF))
-        if isinstance(node, ast.UnaryOp):
-            lo, hi = walk(node.operand)
-            return -hi, -lo
-        if isinstance(node, ast.Call):
-            (a, b), (c, d) = walk(node.args[0]), walk(node.args[1])
-            return (min(a, c), min(b, d)) if node.func.id == "min" else (max(a, c), max(b, d))
-        x, y = walk(node.left), walk(node.right)
-        op = type(node.op)
-        if op is ast.Add:
+    def apply(op: str, x: Interval, y: Interval) -> Interval:
+        if op == "+":
             return x[0] + y[0], x[1] + y[1]
-        if op is ast.Sub:
-            return x[0] - y[1], x[1] - y[0]
-        if op is ast.Mult:
+        if op == "*":
             return _mul(x, y)
-        if op is ast.FloorDiv:
+        if op == "//":
             return _div(x, y)
+        if op == "min":
+            return min(x[0], y[0]), min(x[1], y[1])
+        if op == "max":
+            return max(x[0], y[0]), max(x[1], y[1])
         lo, hi = y  # x % y lies in [0, y) for y > 0 and (y, 0] for y < 0
         if lo > 0:
             return 0.0, hi - 1
@@ -180,7 +164,7 @@ def interval(dim: Dim, ranges: Mapping[str, Interval]) -> Interval:
             return lo + 1, 0.0
         return min(lo + 1, 0.0), max(hi - 1, 0.0)
 
-    return walk(parse(dim))
+    return fold(dim, lambda k: (float(k), float(k)), lambda name: ranges.get(name, (-INF, INF)), apply)
 
 
 def upper_bound(dim: Dim, ranges: Mapping[str, Interval]) -> int:
@@ -200,17 +184,17 @@ def upper_bound(dim: Dim, ranges: Mapping[str, Interval]) -> int:
 
 def evaluator(dims: Sequence[Dim], params: Sequence[str]) -> Callable[..., tuple[int, ...]]:
     """A compiled function of the params (positional, in order) returning the dims' values."""
-    elts: list[ast.expr] = []
-    for d in dims:
-        tree = parse(d)
-        unknown = d.free_symbols - set(params)
-        if unknown:
-            raise LoweringError(f"dim {d} uses {', '.join(sorted(unknown))}, which are not parameters")
-        elts.append(tree)
-    args = ast.arguments(
-        posonlyargs=[], args=[ast.arg(arg=p) for p in params], kwonlyargs=[], kw_defaults=[], defaults=[]
-    )
-    lam = ast.Expression(ast.Lambda(args=args, body=ast.Tuple(elts=elts, ctx=ast.Load())))
-    ast.fix_missing_locations(lam)
-    code = compile(lam, "<msvm-dims>", "eval")
-    return eval(code, {"__builtins__": {}, "min": min, "max": max})
+    local = {p: f"p{i}" for i, p in enumerate(params)}  # a symbol may be spelled like a keyword
+
+    def symbol(name: str) -> str:
+        try:
+            return local[name]
+        except KeyError:
+            raise LoweringError(f"a dim uses {name}, which is not a parameter") from None
+
+    def apply(op: str, x: str, y: str) -> str:
+        return f"{op}({x}, {y})" if op in ("min", "max") else f"({x} {op} {y})"
+
+    body = "".join(f"{fold(d, str, symbol, apply)}, " for d in dims)
+    source = f"lambda {', '.join(local.values())}: ({body})"
+    return eval(compile(source, "<msvm-dims>", "eval"), {"__builtins__": {}, "min": min, "max": max})
