@@ -9,7 +9,9 @@ read-only — pages it never reads are never touched — and puts the real array
 Files carry the owner's pid: the first export of a process removes those of processes that are gone
 (a killed kernel cannot remove its own). The files kept are bounded (``BUDGET`` bytes, least recently
 sent first out): a large model's weights are not held twice in memory for as long as they live —
-once sent, the worker has them mapped, and a later compile writes an evicted array again.
+once sent, the worker has them mapped, and a later compile writes an evicted array again. The
+worker keeps its maps (the same budget, least recently used out), so a later compile of the same
+model gets the very same arrays, and finds the weights it packed from them in its pack cache.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import tempfile
 import threading
 import weakref
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +35,7 @@ BUDGET = 256 << 20
 _DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
 _files: dict[int, tuple[weakref.ref, str, int]] = {}  # id(array) -> (the array, its file, bytes), LRU order
 _counter = itertools.count()
+_maps: OrderedDict[str, np.ndarray] = OrderedDict()  # the worker's: path -> its array, LRU order
 _lock = threading.RLock()  # reentrant: a finalizer (_forget) may run in a GC inside a locked section
 _swept = False
 
@@ -52,8 +56,23 @@ def export(module: Module) -> tuple[Module, list[list[Any]]]:
 def restore(module: Module, shared: list[list[Any]]) -> Module:
     """The worker's side: the real constants back in place, mapped read-only from their files."""
     for index, path, dtype, shape in shared:
-        module.constants[index] = np.memmap(path, dtype=dtype, mode="r", shape=tuple(shape))
+        module.constants[index] = _mapped(path, np.dtype(dtype), tuple(shape))
     return module
+
+
+def _mapped(path: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """The array of ``path``: the one mapped for an earlier compile while it is kept (a file's name is
+    never reused, nor its content changed), else a new map — a plain ndarray, which lowering uses as it
+    is (of a memmap, ``np.ascontiguousarray`` makes a new view each time: no pack cache hit)."""
+    with _lock:
+        array = _maps.pop(path, None)
+        if array is None or array.dtype != dtype or array.shape != shape:
+            array = np.memmap(path, dtype=dtype, mode="r", shape=shape).view(np.ndarray)
+        _maps[path] = array
+        total = sum(a.nbytes for a in _maps.values())
+        while total > BUDGET and len(_maps) > 1:
+            total -= _maps.popitem(last=False)[1].nbytes
+        return array
 
 
 def _file_of(array: np.ndarray) -> str:

@@ -385,6 +385,31 @@ def test_shared_files_stay_within_their_budget(monkeypatch):
     assert [os.path.exists(p) for p in (again, paths[1], paths[2])] == [True, True, False]
 
 
+def test_the_worker_keeps_its_mapped_constants_for_the_next_compile(monkeypatch):
+    """The same plain array for the same file, compile after compile, so what the worker packed from it
+    is found in its pack cache; its maps stay within the budget too."""
+    from msvm.bytecode import Module
+    from msvm.kernels import gemm_packed, packing
+    from msvm.msjit.codegen import shared
+
+    monkeypatch.setattr(shared, "_maps", type(shared._maps)())
+    arrays = [np.full((shared.MIN_BYTES // 256, 64), i, np.float32) for i in range(3)]
+    wheres = [shared.export(Module("m", [], [a]))[1] for a in arrays]
+    monkeypatch.setattr(shared, "BUDGET", 2 * shared.MIN_BYTES)  # (the files are written: two maps fit)
+
+    def restored(i):
+        return shared.restore(Module("m", [], [np.zeros(1, np.float32)]), wheres[i]).constants[0]
+
+    first = restored(0)
+    assert type(first) is np.ndarray and not first.flags.writeable and packing.is_constant(first)
+    np.testing.assert_array_equal(first, arrays[0])
+    assert restored(0) is first
+    assert gemm_packed.packed(restored(0), None)[0] is gemm_packed.packed(first, None)[0]  # packed once
+    restored(1), restored(2)
+    assert list(shared._maps) == [wheres[1][0][1], wheres[2][0][1]]  # the least recently used went
+    assert restored(0) is not first
+
+
 def test_a_file_the_collector_forgets_during_an_eviction_does_not_deadlock(monkeypatch):
     """Any allocation in a locked section may run the cyclic collector, and with it the finalizer of an
     array whose file is listed: it takes the same lock (a benchmark hung there, every thread waiting)."""
