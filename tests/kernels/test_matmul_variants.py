@@ -86,6 +86,34 @@ def test_linear_pool_packs_a_constant_weight_once() -> None:
     _close(kernel(x.astype(np.float64), w), LINEAR.kernel(x.astype(np.float64), w))  # mixed dtypes: reference
 
 
+def test_linear_blas_multiplies_by_a_constant_weight_s_cached_transpose(monkeypatch) -> None:
+    """NN, not NT: the GEMM reads the weight's row-major transpose, made once per constant weight."""
+    from msvm.native import blas
+
+    x = RNG.standard_normal((40, 200)).astype(np.float32)
+    w, b = RNG.standard_normal((130, 200)).astype(np.float32), RNG.standard_normal(130).astype(np.float32)
+    calls = []
+    gemm_raw = blas.GemmEntry.gemm_raw
+    monkeypatch.setattr(blas.GemmEntry, "gemm_raw",
+                        lambda self, *args: calls.append(args[:2]) or gemm_raw(self, *args))
+    kernel = LIN["blas"].make({})
+    packing.clear()
+    _close(kernel(x, w, b), x @ w.T + b)  # a writeable weight may change: used as it is
+    assert calls.pop() == (False, True) and packing.stats()["entries"] == 0
+    w.flags.writeable = False
+    for _ in range(2):
+        _close(kernel(x, w, b), x @ w.T + b)
+        assert calls.pop() == (False, False)
+    assert packing.stats() == {"entries": 1, "bytes": w.nbytes}
+    (wt,) = matmul.transposed(w)
+    assert wt.flags.c_contiguous and wt.shape == (200, 130)
+    np.testing.assert_array_equal(wt, w.T)
+    monkeypatch.setattr(matmul, "TRANSPOSE_MAX_BYTES", w.nbytes - 1)  # too big to keep a second copy of
+    packing.clear()
+    _close(kernel(x, w, b), x @ w.T + b)
+    assert calls.pop() == (False, True) and packing.stats()["entries"] == 0
+
+
 def test_linear_pool_packs_a_huge_constant_weight_per_panel(monkeypatch) -> None:
     from msvm.kernels import gemm_packed
 

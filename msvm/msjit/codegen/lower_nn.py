@@ -2,15 +2,16 @@
 
 A linear layer with a constant weight of at most ``POOL_GEMM_MAX_BYTES`` is a ``PoolGemm`` with the
 weight packed into panels at lowering time and a constant bias applied in the kernel; any other is a
-matmul by the transposed weight. Convolutions with constant weights call the interpreter's own native
-direct kernels (``NativeConv``: NCHWc-blocked, or depthwise), the weights packed at lowering time and the bias
-applied in the kernel; the plan later hands them the ReLU / residual epilogue that reads their
-output. Others (weights computed in the region, other dtypes) become im2col + BLAS GEMM per image
-(``ConvKernel``) when the GEMM is worth it, and a direct per-element loop (``DirectConv2d``,
+matmul by the transposed weight (a constant one transposed at lowering time, as the interpreter's BLAS
+kernel does: ``kernels.matmul.transposed``). Convolutions with constant weights call the interpreter's
+own native direct kernels (``NativeConv``: NCHWc-blocked, or depthwise), the weights packed at lowering
+time and the bias applied in the kernel; the plan later hands them the ReLU / residual epilogue that
+reads their output. Others (weights computed in the region, other dtypes) become im2col + BLAS GEMM per
+image (``ConvKernel``) when the GEMM is worth it, and a direct per-element loop (``DirectConv2d``,
 fusable) for tiny or non-BLAS cases, with the bias a lazy add. batch_norm is elementwise with
-per-channel scale and shift (folded to constants when the statistics are constants, as the
-reference computes them); layer_norm is a lazy row result (epilogues fuse), group_norm a row
-kernel over [N, G, C/G, spatial]. Attention is two GEMMs around a safe-softmax row kernel.
+per-channel scale and shift (folded to constants when the statistics are constants, as the reference
+computes them); layer_norm is a lazy row result (epilogues fuse), group_norm a row kernel over
+[N, G, C/G, spatial]. Attention is two GEMMs around a safe-softmax row kernel.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ...kernels import conv_nchwc, gemm_packed
+from ...kernels.matmul import TRANSPOSE_MAX_BYTES, transposed
 from ...ops.conv import conv_padding
 from ...ops.registry import OpDef, TensorType
 from ...shapes import as_dim
@@ -46,7 +48,7 @@ from .registry import lowers, refuses
 from .views import Shape, View, numel, same
 
 # The weight packings lowering bakes into code, by ``Recipe.kind``: (weight, bias, *args) -> (weight, bias).
-PACKS = {"gemm": gemm_packed.packed, "nchwc": conv_nchwc.packed}
+PACKS = {"gemm": gemm_packed.packed, "nchwc": conv_nchwc.packed, "transposed": transposed}
 DIRECT_MAX_TAPS = 16  # per-output work below which a convolution is evaluated directly
 NATIVE_DTYPES = ("float32", "float64")  # what the native conv kernels compute in
 
@@ -77,7 +79,11 @@ def _linear(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[
     y = _native_linear(ctx, x, w, bias, t)
     if y is not None:
         return y
-    wt = w.relayout(views.permute(w.shape, [1, 0]))
+    weight = ctx.constant_value(w)
+    if weight is not None and weight.size > 1 and weight.nbytes <= TRANSPOSE_MAX_BYTES:
+        wt: Expr = Load(_packed(ctx, "transposed", weight, None)[0], View.contiguous(w.shape[::-1]))
+    else:
+        wt = w.relayout(views.permute(w.shape, [1, 0]))
     shape = (*x.shape[:-1], w.shape[0])
     prod_dtype = t.dtype if bias is None else _matmul_dtype(x.dtype, w.dtype)
     y = matmul(ctx, x, wt, prod_dtype, shape)
