@@ -76,6 +76,7 @@ from .threads import POOL
 ROWS = 6  # rows of a register tile
 VECTORS = 2  # output-column vectors of a register tile (a panel is this many vectors wide)
 BLOCK = 8 * ROWS  # rows of a work item
+UNROLL_K = 4  # k steps per loop trip: its address arithmetic is paid once for four (1–3 % on W3's linears)
 ITEMS = 16  # work items a call is split into at least, when its panels allow (both threads get work)
 DTYPES = tuple(LANES)  # float32, float64
 PACKED, KN, NK = 0, 1, 2  # how B is given (``BMODE``): packed panels, B[k][n] rows, B[n][k] rows
@@ -149,13 +150,21 @@ def _build_ir(dtype: str) -> str:
                 r0 = row.get()
                 x_tile = gep(b, x_m, b.mul(r0, ldx))
                 acc = [[Slot(b, vt, init[v]) for v in range(VECTORS)] for _ in range(rows)]
-                with for_range(b, 0, k_n, name=f"k{rows}") as k:
+
+                def step(k: ir.Value) -> None:
                     wk = gep(b, w_panel, b.mul(k, i64(width)))
                     wv = [load_vec(b, gep(b, wk, v * lanes), lanes) for v in range(VECTORS)]
                     for r in range(rows):
                         xb = splat(b, b.load(gep(b, x_tile, b.add(b.mul(ldx, i64(r)), k))), lanes)
                         for v in range(VECTORS):
                             acc[r][v].set(fma(b, xb, wv[v], acc[r][v].get()))
+
+                whole = b.mul(b.sdiv(k_n, i64(UNROLL_K)), i64(UNROLL_K))
+                with for_range(b, 0, whole, UNROLL_K, name=f"k{rows}") as k:
+                    for u in range(UNROLL_K):
+                        step(b.add(k, i64(u)))
+                with for_range(b, whole, k_n, name=f"kr{rows}") as k:
+                    step(k)
                 for r in range(rows):
                     vals = [acc[r][v].get() for v in range(VECTORS)]
                     vals = [b.select(relu, nan_relu(b, value), value) for value in vals]
