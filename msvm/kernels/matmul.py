@@ -245,8 +245,8 @@ def transposed(weight: np.ndarray, bias: None = None) -> tuple[np.ndarray]:
 def linear_blas(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, entry: blas.GemmEntry) -> np.ndarray:
     """``x @ w.T + bias`` (PyTorch's F.linear) as one GEMM over all leading dims of x.
 
-    A single row (M = 1) goes through numpy (gemv), like ``matmul_blas``'s vector shapes. A constant
-    weight of at most ``TRANSPOSE_MAX_BYTES`` is passed as its cached transpose (``transposed``).
+    A single row (M = 1) goes through numpy (gemv), like ``matmul_blas``'s vector shapes; to the GEMM,
+    a constant weight of at most ``TRANSPOSE_MAX_BYTES`` is passed as its cached transpose.
     """
     n, k = w.shape
     lead = x.shape[:-1]
