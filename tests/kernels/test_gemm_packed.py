@@ -14,9 +14,10 @@ from msvm.kernels.threads import POOL
 TOL = {"float32": dict(rtol=2e-5, atol=2e-4), "float64": dict(rtol=1e-12, atol=1e-12)}
 
 # (batch, M, K, N): tails of every size in rows (< 6, < 48) and columns (< one panel), K below a
-# vector's lanes, single rows and columns, attention's shapes.
+# vector's lanes, single rows and columns, attention's shapes; a B past BIG_B_BYTES (blocks of
+# MAX_BLOCK rows, and the rest of one).
 SHAPES = [(1, 1, 1, 1), (1, 5, 3, 7), (3, 50, 17, 33), (4, 128, 64, 128), (2, 9, 24, 16), (1, 1, 100, 130),
-          (2, 60, 8, 9), (1, 97, 31, 40)]
+          (2, 60, 8, 9), (1, 97, 31, 40), (2, gp.MAX_BLOCK + 9, 517, 530)]
 
 
 def _gemm(x: np.ndarray, b: np.ndarray, mode: int, *, bias: np.ndarray | None = None, flags: int = 0,
