@@ -30,10 +30,11 @@ from .views import Shape, View, numel
 
 _HUGE = 2**62
 BLAS_MIN_FLOPS = 1 << 15  # exact-mode contractions smaller than this run as fused loops
-# GEMMs whose B is at most this large run on the job pool (``PoolGemm``), larger ones through BLAS: at
-# W2's 16 MiB weights OpenBLAS's cache blocking is as fast (ratios 1.02-1.08 here), and packing such a
-# weight while lowering and shipping it back from the compile worker made W2's compiles 3x longer.
-POOL_GEMM_MAX_BYTES = 4 << 20
+# GEMMs whose B is at most this large run on the job pool (``PoolGemm``), larger ones through BLAS: the
+# bound up to which the pool packs a constant weight once (W2's 16 MiB weights: the pool's GEMM beats
+# OpenBLAS's, which packs them again on every call). The compile worker describes the packed weights
+# by their recipe and this process packs them from its own constants (``region``), once.
+POOL_GEMM_MAX_BYTES = gemm_packed.PACK_ONCE_MAX_BYTES
 
 
 def _shape(t: TensorType) -> Shape:

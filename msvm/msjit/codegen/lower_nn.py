@@ -1,9 +1,9 @@
 """Lowering of the nn ops (torch.nn.functional semantics, NCHW) onto expressions and kernels.
 
 A linear layer with a constant weight of at most ``POOL_GEMM_MAX_BYTES`` is a ``PoolGemm`` with the
-weight packed into panels at lowering time and a constant bias applied in the kernel; any other is a
-matmul by the transposed weight (a constant one transposed at lowering time, as the interpreter's BLAS
-kernel does: ``kernels.matmul.transposed``). Convolutions with constant weights call the interpreter's
+weight packed into panels at lowering time (all of W2's: OpenBLAS would pack them again on every call)
+and a constant bias applied in the kernel; any other is a matmul by the weight's transposed view (the
+BLAS GEMM's transpose flag). Convolutions with constant weights call the interpreter's
 own native direct kernels (``NativeConv``: NCHWc-blocked, or depthwise), the weights packed at lowering
 time and the bias applied in the kernel; the plan later hands them the ReLU / residual epilogue that
 reads their output. Others (weights computed in the region, other dtypes) become im2col + BLAS GEMM per
@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from ...kernels import conv_nchwc, gemm_packed
-from ...kernels.matmul import TRANSPOSE_MAX_BYTES, transposed
 from ...ops.conv import conv_padding
 from ...ops.registry import OpDef, TensorType
 from ...shapes import as_dim
@@ -48,7 +47,7 @@ from .registry import lowers, refuses
 from .views import Shape, View, numel, same
 
 # The weight packings lowering bakes into code, by ``Recipe.kind``: (weight, bias, *args) -> (weight, bias).
-PACKS = {"gemm": gemm_packed.packed, "nchwc": conv_nchwc.packed, "transposed": transposed}
+PACKS = {"gemm": gemm_packed.packed, "nchwc": conv_nchwc.packed}
 DIRECT_MAX_TAPS = 16  # per-output work below which a convolution is evaluated directly
 NATIVE_DTYPES = ("float32", "float64")  # what the native conv kernels compute in
 
@@ -79,11 +78,7 @@ def _linear(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[
     y = _native_linear(ctx, x, w, bias, t)
     if y is not None:
         return y
-    weight = ctx.constant_value(w)
-    if weight is not None and weight.size > 1 and weight.nbytes <= TRANSPOSE_MAX_BYTES:
-        wt: Expr = Load(_packed(ctx, "transposed", weight, None)[0], View.contiguous(w.shape[::-1]))
-    else:
-        wt = w.relayout(views.permute(w.shape, [1, 0]))
+    wt = w.relayout(views.permute(w.shape, [1, 0]))
     shape = (*x.shape[:-1], w.shape[0])
     prod_dtype = t.dtype if bias is None else _matmul_dtype(x.dtype, w.dtype)
     y = matmul(ctx, x, wt, prod_dtype, shape)

@@ -335,43 +335,36 @@ def test_packed_weights_are_packed_again_here_not_sent(monkeypatch):
 
 
 def _wide_linear(f, x):
-    """A linear whose constant weight (4.3 MB) is past the job pool's GEMM: a BLAS GEMM."""
+    """A linear whose constant weight (4.3 MB) does not stay in L2: the job pool's GEMM by big row blocks."""
     rng = np.random.default_rng(4)
     weight = f.load_const((rng.standard_normal((1100, 1024)) * 0.03).astype(np.float32))
     bias = f.load_const(rng.standard_normal(1100).astype(np.float32))
     return f.call("linear", [x, weight, bias])
 
 
-def test_a_large_constant_weight_is_multiplied_by_its_transpose_made_once(monkeypatch):
-    """As in the interpreter's BLAS kernel (NN is faster than NT): the region holds the weight's
-    row-major transpose, which the worker describes by its recipe and this process takes from its
-    pack cache."""
-    from msvm.kernels.matmul import transposed
-    from msvm.msjit.codegen import emit_linalg
+def test_a_large_constant_weight_runs_on_the_pool_packed_here_once(monkeypatch):
+    """W2's weights: the pool packs them once (OpenBLAS would pack them on every call); the worker
+    describes the panels by their recipe and this process takes them from its pack cache."""
+    from msvm.kernels import gemm_packed
 
     m = region(_wide_linear, [("[N, 1024]", "float32")])
+    assert m.constants[0].nbytes > gemm_packed.BIG_B_BYTES
     results = []
     call = CompileWorker.call
     monkeypatch.setattr(CompileWorker, "call", lambda *a, **k: results.append(call(*a, **k)) or results[-1])
-    operands = []
-    init = emit_linalg.GemmKernel.__init__
-    monkeypatch.setattr(emit_linalg.GemmKernel, "__init__",
-                        lambda self, a, b, *rest: operands.append(b) or init(self, a, b, *rest))
-    here = compiled(m, bounds={"N": 64})
-    assert [b.trans for b in operands] == [False]  # B is read row-major: NN, not NT
     worker = CompileWorker()
     try:
         remote = compiled(m, bounds={"N": 64}, via_worker=worker)
     finally:
         worker.close()
+    assert [k for k in remote.lowered.kernels if "gemm" in k] == ["gemm Nx1100x1024 packed -> out0 (pool) (bias)"]
     recipes = [c[3] for c in results[-1].reply["constants"] if c[3] is not None]
-    assert recipes == [["transposed", [0, None], [], 0]]
-    (wt,) = transposed(m.constants[0])
-    assert any(c is wt for c in remote.lowered.constants)
+    assert recipes == [["gemm", [0, 1], [], 0], ["gemm", [0, 1], [], 1]]
+    panels, bias = gemm_packed.packed(m.constants[0], m.constants[1])
+    assert any(c is panels for c in remote.lowered.constants) and any(c is bias for c in remote.lowered.constants)
     for n in (1, 3, 64):
         x = rand((n, 1024))
         assert_close(remote.fn(x), interpret(m, x), rtol=1e-4, atol=1e-4)
-        assert_close(here.fn(x), interpret(m, x), rtol=1e-4, atol=1e-4)
 
 
 def test_a_packing_that_differs_here_is_a_compile_error(monkeypatch):
