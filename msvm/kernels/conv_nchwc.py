@@ -60,6 +60,7 @@ from .conv_common import (
     FLAG_RELU_OUT,
     FLAG_RESIDUAL,
     NO_EPILOGUE,
+    REST_TILES,
     ConvGeometry,
     Epilogue,
     bias_or_zero,
@@ -71,6 +72,7 @@ from .conv_common import (
     output_array,
     reference_conv2d,
     residual_relu,
+    whole_tiles,
 )
 from .native import Frame, float_name, native_library, ptr
 from .packing import cached_pack
@@ -157,6 +159,7 @@ def _build_ir(dtype: str, stride_w: int, blocked_in: bool, blocked_out: bool) ->
     splits = min_i64(b, tiles, b.sdiv(b.add(i64(ITEMS), b.sub(some, i64(1))), some))
     per_split = b.sdiv(b.add(tiles, b.sub(splits, i64(1))), splits)
     copied = Slot(b, I64, i64(-1), "copied")  # the row block whose input rows are in the scratch
+    row_tiles = whole_tiles(b, ow_n, PIXELS)
 
     with (for_each_chunk(b, a["counter"], b.mul(blocks, splits), i64(1)) as (start, stop),
           for_range(b, start, stop, name="item") as item):
@@ -213,9 +216,9 @@ def _build_ir(dtype: str, stride_w: int, blocked_in: bool, blocked_out: bool) ->
                     store(b, vals, gep(b, out_row, at), gep(b, res_row, at), tail, full, valid, lanes)
                     ow_slot.set(b.add(ow, i64(pixels)))
 
-                with for_range(b, 0, b.sdiv(ow_n, i64(PIXELS)), name="ptile"):
+                with for_range(b, 0, row_tiles, name="ptile"):
                     tile(PIXELS)
-                for pixels in (4, 2, 1):  # the rest of the row (< PIXELS): at most one of each
+                for pixels in REST_TILES:  # the rest of the row
                     with b.if_then(b.icmp_signed(">=", b.sub(ow_n, ow_slot.get()), i64(pixels))):
                         tile(pixels)
             if blocked_out:

@@ -34,8 +34,9 @@ CASES = [
     (1, 16, 16, 11, 21, (5, 5), 2, 2, 1, 16, False),  # depthwise 5x5, stride 2
     (1, 8, 8, 9, 19, (3, 3), 3, (0, 2), (1, 2), 8, True),  # depthwise, stride 3, dilated
     (8, 3, 16, 10, 10, (3, 3), 1, 0, 1, 1, True),
+    (2, 16, 16, 5, 14, (3, 3), 1, 1, 1, 1, True),  # rows of 14 pixels: tiles of 6 + 4 + 4
 ]
-CASES64 = [CASES[0], CASES[5], CASES[11], (1, 8, 12, 9, 9, (3, 3), 1, 1, 1, 1, True)]
+CASES64 = [CASES[0], CASES[5], CASES[11], CASES[15], (1, 8, 12, 9, 9, (3, 3), 1, 1, 1, 1, True)]
 
 
 def _inputs(case, dtype: str, seed: int = 0):
@@ -140,7 +141,7 @@ EPILOGUES = [Epilogue(relu=True), Epilogue(residual=True), Epilogue(residual=Tru
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("epilogue", EPILOGUES, ids=str)
-@pytest.mark.parametrize("case", [CASES[i] for i in (0, 1, 2, 4, 7, 10, 11, 12, 13)], ids=str)
+@pytest.mark.parametrize("case", [CASES[i] for i in (0, 1, 2, 4, 7, 10, 11, 12, 13, 15)], ids=str)
 def test_direct_kernels_fuse_their_epilogue(case, epilogue: Epilogue, dtype: str) -> None:
     """bias → ReLU → + residual → ReLU in the tile pass, as the JIT asks for it (a NaN kept throughout)."""
     x, weight, b, attrs = _inputs(case, dtype)
