@@ -63,10 +63,12 @@ from .conv_common import (
     FLAG_RELU_OUT,
     FLAG_RESIDUAL,
     NO_EPILOGUE,
+    REST_TILES,
     Epilogue,
     bias_or_zero,
     flag,
     residual_relu,
+    whole_tiles,
 )
 from .matmul import linear_mnk
 from .native import Frame, float_name, native_library, ptr
@@ -185,9 +187,9 @@ def _build_ir(dtype: str) -> str:
                     _store_row(b, vals, out_at, res_at, residual, relu_out, valid)
                 row.set(b.add(r0, i64(rows)))
 
-            with for_range(b, 0, b.sdiv(b.sub(m_end, m0), i64(ROWS)), name="rtile"):
+            with for_range(b, 0, whole_tiles(b, b.sub(m_end, m0), ROWS), name="rtile"):
                 tile(ROWS)
-            for rows in (4, 2, 1):  # the rest of the block (< ROWS rows): at most one of each
+            for rows in REST_TILES:  # the rest of the block
                 with b.if_then(b.icmp_signed(">=", b.sub(m_end, row.get()), i64(rows))):
                     tile(rows)
     b.ret_void()
