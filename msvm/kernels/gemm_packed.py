@@ -23,9 +23,10 @@ runs on the registers before the one store of each tile.
 
 A work item is (matrix of the batch, block of ``BLOCK`` rows, range of panels): the block's rows stay
 in cache while the panels stream through it. A B that does not fit in L2 takes blocks of up to
-``MAX_BLOCK`` rows instead, so that it streams from memory once per that many rows (W2's weights). Items are taken in chunks from an atomic counter, so a
-call runs on every core the pool lends it. The job ``void gemm_packed(i64* frame)`` is compiled once
-per dtype with every size and stride a run-time value.
+``MAX_BLOCK`` rows instead, so that it streams from memory once per that many rows (W2's weights).
+Items are taken in chunks from an atomic counter, so a call runs on every core the pool lends it.
+The job ``void gemm_packed(i64* frame)`` is compiled once per dtype with every size and stride a
+run-time value.
 """
 
 from __future__ import annotations

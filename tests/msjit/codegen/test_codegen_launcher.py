@@ -357,11 +357,13 @@ def test_a_large_constant_weight_runs_on_the_pool_packed_here_once(monkeypatch):
         remote = compiled(m, bounds={"N": 64}, via_worker=worker)
     finally:
         worker.close()
-    assert [k for k in remote.lowered.kernels if "gemm" in k] == ["gemm Nx1100x1024 packed -> out0 (pool) (bias)"]
+    gemms = [k for k in remote.lowered.kernels if "gemm" in k]
+    assert gemms == ["gemm Nx1100x1024 packed -> out0 (pool) (bias)"]
     recipes = [c[3] for c in results[-1].reply["constants"] if c[3] is not None]
     assert recipes == [["gemm", [0, 1], [], 0], ["gemm", [0, 1], [], 1]]
     panels, bias = gemm_packed.packed(m.constants[0], m.constants[1])
-    assert any(c is panels for c in remote.lowered.constants) and any(c is bias for c in remote.lowered.constants)
+    here = remote.lowered.constants
+    assert any(c is panels for c in here) and any(c is bias for c in here)
     for n in (1, 3, 64):
         x = rand((n, 1024))
         assert_close(remote.fn(x), interpret(m, x), rtol=1e-4, atol=1e-4)
