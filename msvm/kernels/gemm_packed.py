@@ -22,8 +22,9 @@ accumulators start at the bias; the epilogue (``conv_common.Epilogue``: ReLU, + 
 runs on the registers before the one store of each tile.
 
 A work item is (matrix of the batch, block of ``BLOCK`` rows, range of panels): the block's rows stay
-in cache while the panels stream through it. A B that does not fit in L2 takes blocks of up to
-``MAX_BLOCK`` rows instead, so that it streams from memory once per that many rows (W2's weights).
+in cache while the panels stream through it. A B that does not fit in L2, or that is packed a panel
+at a time, takes few blocks instead, of up to ``MAX_BLOCK`` rows: it streams from memory, or is
+packed, once per block (W2's weights; attention's keys and values).
 Items are taken in chunks from an atomic counter, so a call runs on every core the pool lends it.
 The job ``void gemm_packed(i64* frame)`` is compiled once per dtype with every size and stride a
 run-time value.
@@ -82,7 +83,8 @@ VECTORS = 2  # output-column vectors of a register tile (a panel is this many ve
 BLOCK = 8 * ROWS  # rows of a work item
 # A B larger than this does not stay in L2, and each block of rows would stream it from memory again:
 # such a B is multiplied by M split into equal blocks of at most MAX_BLOCK rows (W2's 16 MiB weights at
-# 256 rows: 12-15 % faster than by blocks of BLOCK rows, more on a machine whose memory is busy).
+# 256 rows: 12-15 % faster than by blocks of BLOCK rows, more on a machine whose memory is busy); so is
+# a B packed a panel at a time, which each block packs again (attention at L = 128-256: 5-12 %).
 BIG_B_BYTES = 1 << 20
 MAX_BLOCK = 256
 UNROLL_K = 4  # k steps per loop trip: its address arithmetic is paid once for four (1–3 % on W3's linears)
@@ -130,15 +132,20 @@ def _build_ir(dtype: str) -> str:
 
     panels = ceil_div(n_n, width)
     panel_elems = b.mul(k_n, i64(width))
+    packed = b.icmp_signed("==", a["BMODE"], i64(PACKED))
     big_b = b.icmp_signed(">", b.mul(panel_elems, panels), i64(BIG_B_BYTES // itemsize))
-    even = ceil_div(m_n, max_i64(b, ceil_div(m_n, MAX_BLOCK), i64(1)))  # M in equal blocks of <= MAX_BLOCK
-    block = b.select(big_b, max_i64(b, b.mul(ceil_div(even, ROWS), i64(ROWS)), i64(ROWS)), i64(BLOCK))
+    # Few row blocks (B read or packed once per block): M in equal blocks of at most MAX_BLOCK rows, but
+    # enough of them for ITEMS items with the batch's panels, and none under ROWS rows.
+    batch_panels = max_i64(b, b.mul(a["BATCH"], panels), i64(1))
+    few = max_i64(b, ceil_div(m_n, MAX_BLOCK), ceil_div(i64(ITEMS), batch_panels))
+    few = max_i64(b, min_i64(b, few, ceil_div(m_n, ROWS)), i64(1))
+    big = max_i64(b, b.mul(ceil_div(ceil_div(m_n, few), ROWS), i64(ROWS)), i64(ROWS))
+    block = b.select(b.or_(big_b, b.not_(packed)), big, i64(BLOCK))
     blocks = ceil_div(m_n, block)
     matrices_blocks = max_i64(b, b.mul(a["BATCH"], blocks), i64(1))  # panels are split only for ITEMS
     splits = max_i64(b, min_i64(b, panels, ceil_div(i64(ITEMS), matrices_blocks)), i64(1))
     per_split = ceil_div(panels, splits)
     per_matrix = b.mul(blocks, splits)
-    packed = b.icmp_signed("==", a["BMODE"], i64(PACKED))
     slot = b.atomic_rmw("add", a["slots"], i64(1), "monotonic")
     mine = gep(b, b.bitcast(a["scratch"], I8.as_pointer()), b.mul(slot, a["slot_bytes"]))
     mine = b.bitcast(mine, ft.as_pointer())  # this thread's panel of B, when B is not packed
