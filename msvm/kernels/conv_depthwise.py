@@ -32,6 +32,7 @@ from ..native.irhelpers import (
     LANES,
     VOID,
     Slot,
+    ceil_div,
     const,
     fma,
     for_each_chunk,
@@ -136,7 +137,7 @@ def _build_ir(dtype: str, stride_w: int) -> str:
         with for_range(b, begin, end, name="z") as j:
             b.store(zero_s, gep(b, ptr, j))
 
-    row_blocks = b.sdiv(b.add(oh_n, i64(ROWS - 1)), i64(ROWS))
+    row_blocks = ceil_div(b, oh_n, ROWS)
     items = b.mul(b.mul(a["N"], channels), row_blocks)
     chunk = max_i64(b, i64(1), min_i64(b, i64(16), b.sdiv(items, i64(64))))
     with (for_each_chunk(b, a["counter"], items, chunk) as (start, stop),
@@ -225,7 +226,7 @@ def job_address(dtype: str, sw: int) -> int:
 def _scratch_width(b: ir.IRBuilder, a: dict[str, ir.Value], sw: ir.Value, stride_w: int,
                    lanes: int) -> ir.Value:
     """Columns of the padded scratch rows: everything whole-vector loads may touch."""
-    vectors = b.sdiv(b.add(a["OW"], i64(lanes - 1)), i64(lanes))
+    vectors = ceil_div(b, a["OW"], lanes)
     last = b.sub(b.mul(vectors, i64(lanes)), i64(1))  # last output pixel a (masked) vector covers
     if stride_w == 2:  # two loads from the tile's first input column, then an even-lane shuffle
         reach = b.add(b.mul(i64(2), b.sub(last, i64(lanes - 1))), i64(2 * lanes))

@@ -22,6 +22,7 @@ from ..native.irhelpers import (
     FLOAT_TYPES,
     I64,
     VOID,
+    ceil_div,
     define,
     for_range,
     gep,
@@ -106,7 +107,7 @@ def _emit_im2col(b: ir.IRBuilder, a: dict, xg: ir.Value, cg: ir.Value, zero: ir.
         lo = b.select(b.icmp_signed(">=", off, i64(0)), i64(0), b.sdiv(b.sub(b.sub(sw, i64(1)), off), sw))
         room = b.sub(w, off)
         hi = b.select(b.icmp_signed("<=", room, i64(0)), i64(0),
-                      b.sdiv(b.add(room, b.sub(sw, i64(1))), sw))
+                      ceil_div(b, room, sw))
         hi = min_i64(b, hi, ow_n)
         lo = min_i64(b, lo, hi)
         with for_range(b, 0, oh_n, name="oh") as oh:

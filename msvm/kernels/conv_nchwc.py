@@ -37,6 +37,7 @@ from ..native.irhelpers import (
     I64,
     LANES,
     Slot,
+    ceil_div,
     const,
     fma,
     for_each_chunk,
@@ -144,7 +145,7 @@ def _build_ir(dtype: str, stride_w: int, blocked_in: bool, blocked_out: bool) ->
         off = b.add(b.add(channel, b.mul(b.mul(kh, dh), row_len)), scaled(b.mul(kw, dw), xl))
         b.store(off, gep(b, offsets, k))
 
-    tiles = b.sdiv(b.add(ocg, i64(width - 1)), i64(width))
+    tiles = ceil_div(b, ocg, width)
     block = b.mul(k_total, i64(lanes))  # elements per packed [C][KH][KW][lanes] block
     flags = a["flags"]
     has_bias = flag(b, flags, FLAG_BIAS)
@@ -153,11 +154,11 @@ def _build_ir(dtype: str, stride_w: int, blocked_in: bool, blocked_out: bool) ->
 
     # Work items: (image and group, block of ROWS output rows, group of channel tiles); a small conv's
     # tiles are split over items so that ITEMS of them keep every thread busy.
-    row_blocks = b.sdiv(b.add(oh_n, i64(ROWS - 1)), i64(ROWS))
+    row_blocks = ceil_div(b, oh_n, ROWS)
     blocks = b.mul(b.mul(a["N"], groups), row_blocks)
     some = max_i64(b, blocks, i64(1))
-    splits = min_i64(b, tiles, b.sdiv(b.add(i64(ITEMS), b.sub(some, i64(1))), some))
-    per_split = b.sdiv(b.add(tiles, b.sub(splits, i64(1))), splits)
+    splits = min_i64(b, tiles, ceil_div(b, ITEMS, some))
+    per_split = ceil_div(b, tiles, splits)
     copied = Slot(b, I64, i64(-1), "copied")  # the row block whose input rows are in the scratch
     row_tiles = whole_tiles(b, ow_n, PIXELS)
 

@@ -22,7 +22,18 @@ from llvmlite import ir
 
 from ..native import blas
 from ..native.blas_ir import abi_key, emit_gemm
-from ..native.irhelpers import FLOAT_TYPES, I64, VOID, define, for_range, gep, i64, min_i64, nan_relu
+from ..native.irhelpers import (
+    FLOAT_TYPES,
+    I64,
+    VOID,
+    ceil_div,
+    define,
+    for_range,
+    gep,
+    i64,
+    min_i64,
+    nan_relu,
+)
 from ..ops.registry import Kernel
 from .conv_common import (
     ConvGeometry,
@@ -60,8 +71,7 @@ def _build_ir(entry: blas.GemmEntry) -> str:
     args += [(n, I64) for n in _ARG_NAMES]
     _, b, a = define(module, "conv_winograd", VOID, args, noalias=("x", "u", "bias", "out", "v", "m"))
     c_in, oc, ihp, iwp, oh_n, ow_n = (a[n] for n in ("C", "OC", "IHp", "IWp", "OH", "OW"))
-    th = b.sdiv(b.add(oh_n, i64(1)), i64(2))
-    tw = b.sdiv(b.add(ow_n, i64(1)), i64(2))
+    th, tw = ceil_div(b, oh_n, 2), ceil_div(b, ow_n, 2)
     ld = b.mul(a["rows_per_chunk"], tw)  # leading dim of V and M: tiles per full chunk
     all_rows = b.mul(a["N"], th)
     has_bias = b.icmp_signed("!=", b.and_(a["flags"], i64(FLAG_BIAS)), i64(0))

@@ -45,6 +45,7 @@ from ..native.irhelpers import (
     I64,
     LANES,
     Slot,
+    ceil_div,
     fma,
     for_each_chunk,
     for_range,
@@ -126,25 +127,21 @@ def _build_ir(dtype: str) -> str:
     has_bias, relu = flag(b, flags, FLAG_BIAS), flag(b, flags, FLAG_RELU)
     residual, relu_out = flag(b, flags, FLAG_RESIDUAL), flag(b, flags, FLAG_RELU_OUT)
 
-    def ceil_div(x: ir.Value, d: ir.Value | int) -> ir.Value:
-        d = i64(d) if isinstance(d, int) else d
-        return b.sdiv(b.add(x, b.sub(d, i64(1))), d)
-
-    panels = ceil_div(n_n, width)
+    panels = ceil_div(b, n_n, width)
     panel_elems = b.mul(k_n, i64(width))
     packed = b.icmp_signed("==", a["BMODE"], i64(PACKED))
     big_b = b.icmp_signed(">", b.mul(panel_elems, panels), i64(BIG_B_BYTES // itemsize))
     # Few row blocks (B read or packed once per block): M in equal blocks of at most MAX_BLOCK rows, but
     # enough of them for ITEMS items with the batch's panels, and none under ROWS rows.
     batch_panels = max_i64(b, b.mul(a["BATCH"], panels), i64(1))
-    few = max_i64(b, ceil_div(m_n, MAX_BLOCK), ceil_div(i64(ITEMS), batch_panels))
-    few = max_i64(b, min_i64(b, few, ceil_div(m_n, ROWS)), i64(1))
-    big = max_i64(b, b.mul(ceil_div(ceil_div(m_n, few), ROWS), i64(ROWS)), i64(ROWS))
+    few = max_i64(b, ceil_div(b, m_n, MAX_BLOCK), ceil_div(b, ITEMS, batch_panels))
+    few = max_i64(b, min_i64(b, few, ceil_div(b, m_n, ROWS)), i64(1))
+    big = max_i64(b, b.mul(ceil_div(b, ceil_div(b, m_n, few), ROWS), i64(ROWS)), i64(ROWS))
     block = b.select(b.or_(big_b, b.not_(packed)), big, i64(BLOCK))
-    blocks = ceil_div(m_n, block)
+    blocks = ceil_div(b, m_n, block)
     matrices_blocks = max_i64(b, b.mul(a["BATCH"], blocks), i64(1))  # panels are split only for ITEMS
-    splits = max_i64(b, min_i64(b, panels, ceil_div(i64(ITEMS), matrices_blocks)), i64(1))
-    per_split = ceil_div(panels, splits)
+    splits = max_i64(b, min_i64(b, panels, ceil_div(b, ITEMS, matrices_blocks)), i64(1))
+    per_split = ceil_div(b, panels, splits)
     per_matrix = b.mul(blocks, splits)
     slot = b.atomic_rmw("add", a["slots"], i64(1), "monotonic")
     mine = gep(b, b.bitcast(a["scratch"], I8.as_pointer()), b.mul(slot, a["slot_bytes"]))

@@ -210,6 +210,12 @@ def max_i64(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
     return builder.select(builder.icmp_signed(">", a, b), a, b)
 
 
+def ceil_div(builder: ir.IRBuilder, a: ir.Value | int, d: ir.Value | int) -> ir.Value:
+    """⌈a / d⌉ of i64s, for a ≥ 0 and d > 0."""
+    a, d = (i64(v) if isinstance(v, int) else v for v in (a, d))
+    return builder.sdiv(builder.add(a, builder.sub(d, i64(1))), d)
+
+
 def _size(typ: ir.Type) -> int:
     """Bytes of a scalar element type (its natural alignment)."""
     return typ.width // 8 if isinstance(typ, ir.IntType) else {F32: 4, F64: 8}[typ]

@@ -29,7 +29,7 @@ from llvmlite import ir
 
 from ...kernels.native import Frame
 from ...kernels.threads import MIN_FLOPS_PER_THREAD
-from ...native.irhelpers import Slot, for_each_chunk, for_range, max_i64, min_i64
+from ...native.irhelpers import Slot, ceil_div, for_each_chunk, for_range, max_i64, min_i64
 from ...shapes import Dim
 from . import dims, externs
 from .buffers import Buffer
@@ -486,8 +486,7 @@ class ModuleEmitter:
         )
         with b.if_else(big) as (split, inline):
             with split:
-                per_chunk = ir.Constant(I64, THREADS * CHUNKS_PER_THREAD)
-                chunk = b.sdiv(b.add(extent, b.sub(per_chunk, ir.Constant(I64, 1))), per_chunk)
+                chunk = ceil_div(b, extent, THREADS * CHUNKS_PER_THREAD)
                 zero = ir.Constant(I64, 0)
                 fields = [*ptrs, *params, status, zero, extent, chunk, zero]  # counter, …, thread numbers
                 job = b.bitcast(self._chunk_runner(kfn), I8P)
