@@ -30,6 +30,7 @@ from ..native.irhelpers import (
 )
 from ..ops.conv import conv_padding
 from ..ops.registry import Kernel, get_op
+from ..runtime import mempool
 from .native import Frame, float_name, native_library, ptr
 from .threads import POOL
 
@@ -214,7 +215,7 @@ def reference_conv2d(attrs: Mapping[str, Any]) -> Kernel:
 
 
 def output_array(geo: ConvGeometry, dtype: np.dtype) -> np.ndarray:
-    return np.empty((geo.n, geo.c_out, geo.oh, geo.ow), dtype)
+    return mempool.kernel_empty((geo.n, geo.c_out, geo.oh, geo.ow), dtype)
 
 
 def finish(geo: ConvGeometry, out: np.ndarray) -> np.ndarray:
@@ -269,7 +270,7 @@ def padded_input(x: np.ndarray, geo: ConvGeometry, *, extra_bottom: int = 0,
     if not (geo.pad_top or geo.pad_left or bottom or right):
         return x
     hp, wp = geo.h + geo.pad_top + bottom, geo.w + geo.pad_left + right
-    xp = np.empty((geo.n, geo.c_in, hp, wp), x.dtype)
+    xp = mempool.kernel_empty((geo.n, geo.c_in, hp, wp), x.dtype)
     planes = geo.n * geo.c_in
     name = float_name(x.dtype)
     job = native_library(("pad", name), lambda: _pad_ir(name)).address("pad")

@@ -32,6 +32,7 @@ from ..native.irhelpers import (
     nan_relu,
 )
 from ..ops.registry import Kernel
+from ..runtime import mempool
 from .conv_common import (
     ConvGeometry,
     bias_or_zero,
@@ -139,7 +140,7 @@ def conv2d_gemm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, geo:
     """
     w = np.ascontiguousarray(weight)
     out = output_array(geo, x.dtype)
-    col = x if direct else np.empty(geo.c_group * geo.kh * geo.kw * geo.oh * geo.ow, x.dtype)
+    col = x if direct else mempool.kernel_empty((geo.c_group * geo.kh * geo.kw * geo.oh * geo.ow,), x.dtype)
     b = bias if bias is None else np.ascontiguousarray(bias)
     flags = (FLAG_BIAS if b is not None else 0) | (FLAG_RELU if relu else 0) | (FLAG_DIRECT if direct else 0)
     _driver(entry)(ptr(x), ptr(w), ptr(b) if b is not None else None, ptr(out), ptr(col), entry.address,

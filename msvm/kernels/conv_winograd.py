@@ -35,6 +35,7 @@ from ..native.irhelpers import (
     nan_relu,
 )
 from ..ops.registry import Kernel
+from ..runtime import mempool
 from .conv_common import (
     ConvGeometry,
     bias_or_zero,
@@ -166,8 +167,8 @@ def conv2d_winograd(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, 
                       extra_right=2 * tw + 2 - (geo.w + geo.pad_left + geo.pad_right))
     rows = max(1, min(geo.n * th, TILES_PER_CHUNK // tw))
     ld = rows * tw
-    v = np.empty(16 * geo.c_in * ld, x.dtype)
-    m = np.empty(16 * geo.c_out * ld, x.dtype)
+    v = mempool.kernel_empty((16 * geo.c_in * ld,), x.dtype)
+    m = mempool.kernel_empty((16 * geo.c_out * ld,), x.dtype)
     out = output_array(geo, x.dtype)
     b = None if bias is None else np.ascontiguousarray(bias)
     flags = (FLAG_BIAS if b is not None else 0) | (FLAG_RELU if relu else 0)

@@ -42,6 +42,7 @@ from ..native.irhelpers import (
     load_vec,
     store_vec,
 )
+from ..runtime import mempool
 from ..scheduler.variants import Variant, register_variant
 from .native import Frame, float_name, native_library, ptr
 from .threads import POOL
@@ -119,7 +120,7 @@ def unary(form: str, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
     if not x.flags.c_contiguous:
         x = x.copy()
     if out is None:
-        out = np.empty(x.shape, x.dtype)
+        out = mempool.kernel_empty(x.shape, x.dtype)
     n = x.size
     if n:
         frame = FRAME.pack(x=ptr(x), out=ptr(out), n=n)

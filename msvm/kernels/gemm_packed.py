@@ -61,6 +61,7 @@ from ..native.irhelpers import (
     vec,
 )
 from ..ops.registry import Kernel, get_op
+from ..runtime import mempool
 from .conv_common import (
     FLAG_BIAS,
     FLAG_RELU,
@@ -302,7 +303,7 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, *, pack: 
     name = float_name(x.dtype)
     n, k = weight.shape
     m = x.size // k if k else int(np.prod(x.shape[:-1]))
-    out = np.empty((*x.shape[:-1], n), x.dtype)
+    out = mempool.kernel_empty((*x.shape[:-1], n), x.dtype)
     if out.size == 0:
         return out
     if pack:
@@ -346,7 +347,7 @@ def matmul(a: np.ndarray, b: np.ndarray, *, b_transposed: bool = False) -> np.nd
     b3, sb, ldb = _matrices(b)
     batch, m, k = a3.shape
     n = b3.shape[1] if b_transposed else b3.shape[2]
-    out = np.empty((*a.shape[:-2], m, n), a.dtype)
+    out = mempool.kernel_empty((*a.shape[:-2], m, n), a.dtype)
     if out.size == 0 or k == 0:
         out[...] = 0
         return out

@@ -48,6 +48,7 @@ from ..native.irhelpers import (
     vec,
 )
 from ..ops.registry import Kernel, get_op
+from ..runtime import mempool
 from .native import I64 as C_I64
 from .native import PTR, common_float_name, float_name, native_function, ptr
 from .packing import MAX_BYTES, cached_pack, is_constant
@@ -214,7 +215,7 @@ def matmul_blas(a: np.ndarray, b: np.ndarray, entry: blas.GemmEntry,
     if plan.kind == "zeros":
         return np.zeros(plan.out_shape, a.dtype)
     a2, b2 = _operands(a, b, plan)
-    out = np.empty((*plan.batch, plan.m, plan.n), a.dtype)
+    out = mempool.kernel_empty((*plan.batch, plan.m, plan.n), a.dtype)
     if not plan.batch:
         entry.gemm_raw(plan.ta, plan.tb, plan.m, plan.n, plan.k, 1.0, ptr(a2), plan.lda, ptr(b2), plan.ldb,
                        0.0, ptr(out), plan.n)
@@ -342,7 +343,7 @@ def matmul_small(a: np.ndarray, b: np.ndarray, plan: MatmulPlan | None = None) -
     if plan.n > SMALL_MAX_DIM:
         return np.matmul(a, b)
     a2, b2 = _operands(a, b, plan)
-    out = np.empty((*plan.batch, plan.m, plan.n), a.dtype)
+    out = mempool.kernel_empty((*plan.batch, plan.m, plan.n), a.dtype)
     a_off = _NO_BATCH if plan.a_off is None else plan.a_off
     b_off = _NO_BATCH if plan.b_off is None else plan.b_off
     name = float_name(a.dtype)

@@ -41,6 +41,7 @@ from ..native.irhelpers import (
     vec,
 )
 from ..ops.registry import get_op
+from ..runtime import mempool
 from ..scheduler.variants import Variant
 from .native import Frame, float_name, native_library, ptr
 from .threads import POOL
@@ -204,7 +205,7 @@ def softmax_rows(x: np.ndarray, out: np.ndarray | None = None, *, scale: float =
     if not x.flags.c_contiguous:
         x = x.copy()
     if out is None:
-        out = np.empty(x.shape, x.dtype)
+        out = mempool.kernel_empty(x.shape, x.dtype)
     n = x.shape[-1] if x.ndim else 1
     _run("softmax", SOFTMAX_FRAME, x, out, n, scale=f64_bits(scale), safe=int(safe))
     return out
@@ -222,7 +223,7 @@ def layer_norm_rows(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray |
         (n, x.dtype), (np.ones(n, x.dtype), np.zeros(n, x.dtype)))
     weight = ones if weight is None else np.ascontiguousarray(weight, x.dtype).reshape(n)
     bias = zeros if bias is None else np.ascontiguousarray(bias, x.dtype).reshape(n)
-    out = np.empty(x.shape, x.dtype)
+    out = mempool.kernel_empty(x.shape, x.dtype)
     _run("layer_norm", LN_FRAME, x, out, n, weight=ptr(weight), bias=ptr(bias), eps=f64_bits(eps))
     return out
 

@@ -41,7 +41,7 @@ import numpy as np
 from ..context import CONTEXT
 from ..errors import KernelNotFoundError
 from ..ops.registry import InferContext, OpDef, TensorType
-from ..runtime.mempool import POOL
+from ..runtime.mempool import POOL, POOLED_OUTPUT_MIN_BYTES
 from ..shapes import ShapeSpec
 from . import autotune, cost
 from .background import CALIBRATOR
@@ -56,10 +56,6 @@ from .capability import (
 )
 from .variants import Variant, variants_for
 
-# Outputs at least this large come from the pool when the kernel takes ``out=``. Below it numpy's
-# own allocator is as fast as the pool's bookkeeping (measured: a 256 KiB add gains ~15 % from a
-# reused buffer, an 8 KiB one loses).
-POOLED_OUTPUT_MIN_BYTES = 128 << 10
 _MAX_SHAPES_PER_SITE = 1024  # decisions remembered per call site
 _MAX_PICKS = 4096  # cost-model picks remembered for all sites (``_PICKS``)
 

@@ -11,6 +11,7 @@ import msvm.kernels
 from msvm.kernels import conv_depthwise, conv_gemm, conv_nchwc, conv_winograd, packing
 from msvm.kernels.conv_common import Epilogue, conv_geometry
 from msvm.ops.registry import get_op
+from msvm.runtime import mempool
 from msvm.scheduler.variants import variants_for
 
 CONV = get_op("conv2d")
@@ -75,6 +76,18 @@ def test_float32_against_reference(name: str, case) -> None:
 def test_float64_against_reference(name: str, case) -> None:
     x, weight, b, attrs = _inputs(case, "float64")
     _check(VARIANTS[name].make(attrs)(x, weight, b), CONV.kernel(x, weight, b, **attrs), "float64")
+
+
+@pytest.mark.parametrize(("name", "index"), [("nchwc_direct", 0), ("im2col_gemm", 0), ("winograd_f2x3", 0),
+                                             ("direct_1x1", 5), ("depthwise", 11)])
+def test_large_native_outputs_come_from_the_memory_pool(name: str, index: int) -> None:
+    """Fresh 4 MiB outputs cost W1's interpreted batch-16 calls 2,100 page faults each."""
+    n, *rest = CASES[index]
+    x, weight, b, attrs = _inputs((n * 16, *rest), "float32")  # outputs past POOLED_OUTPUT_MIN_BYTES
+    assert VARIANTS[name].when(_shapes(x, weight, b), attrs)
+    out = VARIANTS[name].make(attrs)(x, weight, b)
+    assert out.nbytes >= mempool.POOLED_OUTPUT_MIN_BYTES and mempool.POOL.owns(out)
+    _check(out, CONV.kernel(x, weight, b, **attrs), "float32")
 
 
 def test_predicates_state_the_constraints() -> None:

@@ -180,3 +180,32 @@ def test_threads_allocating_and_dropping_concurrently():
     assert not errors
     s = pool.stats()
     assert s.in_use_bytes == 0 and s.allocations == 8000 and s.reuses > 0
+
+
+def test_kernel_outputs_are_pooled_from_the_threshold_up():
+    from msvm.runtime import mempool
+
+    big = mempool.kernel_empty((mempool.POOLED_OUTPUT_MIN_BYTES // 4,), np.float32)
+    small = mempool.kernel_empty((mempool.POOLED_OUTPUT_MIN_BYTES // 4 - 1,), np.float32)
+    assert mempool.POOL.owns(big) and not mempool.POOL.owns(small)
+
+
+def test_native_kernels_take_their_large_outputs_from_the_pool():
+    """malloc handed large freed blocks back to the kernel, and every call faulted them in again."""
+    from msvm.kernels import elementwise, gemm_packed, matmul, rows
+    from msvm.native.blas import best_sgemm
+    from msvm.runtime import mempool
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((256, 512)).astype(np.float32)  # 512 KiB: past the threshold
+    w = rng.standard_normal((512, 512)).astype(np.float32)
+    outputs = {
+        "linear": gemm_packed.linear(x, w, None),
+        "matmul": gemm_packed.matmul(x, w),
+        "matmul_blas": matmul.matmul_blas(x, w, best_sgemm()),
+        "softmax": rows.softmax_rows(x),
+        "layer_norm": rows.layer_norm_rows(x, None, None, 512, 1e-5),
+        "unary": elementwise.unary("exp", x),
+    }
+    assert {name: mempool.POOL.owns(out) for name, out in outputs.items()} == dict.fromkeys(outputs, True)
+    np.testing.assert_allclose(outputs["matmul"], x @ w, rtol=1e-4, atol=1e-3)
