@@ -255,9 +255,8 @@ def linear_blas(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, entry: bl
     if m == 1:
         y = np.matmul(x, w.T)
         return y if bias is None else np.add(y, bias)
-    out = np.zeros((m, n), x.dtype) if bias is None else np.empty((m, n), x.dtype)
-    if bias is not None:
-        np.copyto(out, bias)
+    out = mempool.kernel_empty((m, n), x.dtype)
+    np.copyto(out, 0 if bias is None else bias)
     if m and n and k:
         x2 = x.reshape(m, k)
         x_layout = _matrix((m, k), x2.strides, x.itemsize)

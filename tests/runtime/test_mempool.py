@@ -203,6 +203,7 @@ def test_native_kernels_take_their_large_outputs_from_the_pool():
         "linear": gemm_packed.linear(x, w, None),
         "matmul": gemm_packed.matmul(x, w),
         "matmul_blas": matmul.matmul_blas(x, w, best_sgemm()),
+        "linear_blas": matmul.linear_blas(x, w, None, best_sgemm()),
         "softmax": rows.softmax_rows(x),
         "layer_norm": rows.layer_norm_rows(x, None, None, 512, 1e-5),
         "unary": elementwise.unary("exp", x),
