@@ -24,32 +24,34 @@ from typing import Any
 
 from ..ops.registry import TensorType
 from ..verifier import FunctionInfo
-from .lowering import Step, entry_evaluable, has_reg, reg
+from .layouts import Borders, conv_borders, in_layouts
+from .lowering import Step, entry_evaluable, is_call, reg
 
 PRODUCERS = ("conv2d", "linear")  # ops whose kernels may take an epilogue
 
 
 def fuse_epilogues(info: FunctionInfo, steps: list[Step], regions: Sequence[Any] = ()) -> list[Step]:
-    """``steps`` with every fusable producer → [add] → [relu] run as one step (the others unchanged)."""
+    """``steps`` with every fusable producer → [add] → [relu] run as one step, and conv chains whose
+    tensors stay NCHWc (``layouts``) on kernels that take that layout (the others unchanged)."""
     readers = Counter(r for _, _, ins in info.function.instructions() for r in ins.reads())
     region_of = {a: i for i, region in enumerate(regions) for a in region.addresses}
-    out: list[Step] = []
+    units: list[list[Step]] = []  # a fused chain, or one step
     i = 0
     while i < len(steps):
         chain = _chain(steps, i, info, readers)
-        if chain and len({region_of.get(s.address) for s in chain}) == 1:
-            out.append(_fused(chain))
-            i += len(chain)
-        else:
-            out.append(steps[i])
-            i += 1
-    return out
+        if not (chain and len({region_of.get(s.address) for s in chain}) == 1):
+            chain = [steps[i]]
+        units.append(chain)
+        i += len(chain)
+    borders = conv_borders(info, units, region_of)
+    return [_fused(unit, borders.get(k)) if len(unit) > 1 or k in borders else unit[0]
+            for k, unit in enumerate(units)]
 
 
 def _chain(steps: list[Step], i: int, info: FunctionInfo, readers: Counter) -> list[Step]:
     """The producer at ``steps[i]`` and the add and/or relu fused into it ([] when there is none)."""
     producer = steps[i]
-    if not any(_is_call(producer, op, info) for op in PRODUCERS) or len(producer.ins["dsts"]) != 1:
+    if not any(is_call(producer, op, info) for op in PRODUCERS) or len(producer.ins["dsts"]) != 1:
         return []
     value, chain = producer.ins["dsts"][0], [producer]
     if not entry_evaluable(info.types[value], info):  # its size is checked by a wrapper: keep that
@@ -58,7 +60,7 @@ def _chain(steps: list[Step], i: int, info: FunctionInfo, readers: Counter) -> l
         if len(steps) <= i + len(chain):
             break
         step = steps[i + len(chain)]
-        srcs = step.ins["srcs"] if _is_call(step, op, info) else ()
+        srcs = step.ins["srcs"] if is_call(step, op, info) else ()
         if value not in srcs or readers[value] != 1 or step.block != producer.block:
             continue
         if op == "add" and not (len(srcs) == 2 and srcs[0] != srcs[1] and _same_type(info, *srcs)):
@@ -68,12 +70,6 @@ def _chain(steps: list[Step], i: int, info: FunctionInfo, readers: Counter) -> l
     return chain if len(chain) > 1 else []
 
 
-def _is_call(step: Step, op: str, info: FunctionInfo) -> bool:
-    """An OP_CALL of ``op`` with no attribute read from a register."""
-    return (step.ins.name == "OP_CALL" and step.ins["op"] == op
-            and not any(has_reg(v) for v in info.attrs[step.address].values()))
-
-
 def _same_type(info: FunctionInfo, a: int, b: int) -> bool:
     """Registers whose values have one dtype and one shape, with no dim unknown until run time."""
     ta, tb = info.types[a], info.types[b]
@@ -81,7 +77,7 @@ def _same_type(info: FunctionInfo, a: int, b: int) -> bool:
             and ta.shape == tb.shape and not any(d.is_unknown for d in ta.shape))
 
 
-def _fused(chain: list[Step]) -> Step:
+def _fused(chain: list[Step], borders: Borders | None = None) -> Step:
     producer, rest = chain[0], chain[1:]
     add = next((s for s in rest if s.ins["op"] == "add"), None)
     relu = next((s for s in rest if s.ins["op"] == "relu"), None)
@@ -93,6 +89,8 @@ def _fused(chain: list[Step]) -> Step:
         add=None if add is None else (add.names[f"K{add.address}"], add.ins["srcs"].index(skip)),
         relu=None if relu is None else relu.names[f"K{relu.address}"],
     )
+    if borders is not None:
+        kernel = in_layouts(kernel, producer.dispatcher, relu is not None, borders)
     name = f"F{producer.address}"
     args = [reg(r) for r in producer.ins["srcs"]] + ([] if skip is None else [f"residual={reg(skip)}"])
     gone = {s.ins["dsts"][0] for s in chain[:-1]}  # never assigned now

@@ -283,6 +283,12 @@ def _op_call(step: Step, info: FunctionInfo, module: Module) -> None:
         step.line = f"{', '.join(reg(d) for d in dsts)}{',' if len(dsts) == 1 else ''} = {call}"
 
 
+def is_call(step: Step, op: str, info: FunctionInfo) -> bool:
+    """An OP_CALL of ``op`` with no attribute read from a register."""
+    return (step.ins.name == "OP_CALL" and step.ins["op"] == op
+            and not any(has_reg(v) for v in info.attrs[step.address].values()))
+
+
 def has_reg(value: Any) -> bool:
     return isinstance(value, RegRef) or (isinstance(value, tuple) and any(has_reg(v) for v in value))
 

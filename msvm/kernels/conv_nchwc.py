@@ -3,22 +3,25 @@
 Why: with the small K (27–576) and N (16–64) of a ResNet's convolutions, im2col + BLAS spends its
 time copying; ONNX Runtime's lead comes from direct NCHWc kernels. Here the weights are repacked
 once into [groups][OC/8][C/groups][KH][KW][8] (8 = one AVX2 vector of float32; 4 for float64), and
-the input and output stay NCHW: the micro-kernel keeps a register tile of ``PIXELS`` output pixels
-× ``VECTORS`` output-channel vectors (6 × 2 × 8 float32 = 12 accumulators), and for every (input
-channel, tap) loads ``VECTORS`` weight vectors and broadcasts one input value per pixel into FMAs.
-Taps are addressed through a per-call offset table (channel, row, column → input offset), so one
-flat loop over C·KH·KW covers any kernel size and dilation. The tile's epilogue
-(``conv_common.Epilogue``: bias, ReLU, a residual add, ReLU) runs while the tile is transposed
-back to NCHW rows, so a ResNet block's conv + bias + skip + ReLU is one pass over the output.
+the input and output are NCHW, or — in the conv chains of the interpreter and of the JIT — NCHWc
+with a zero border (``conv2d_nchwc``'s borders, ``to_nchwc``). The micro-kernel keeps a register
+tile of ``PIXELS`` output pixels × ``VECTORS`` output-channel vectors (6 × 2 × 8 float32 = 12
+accumulators), and for every (input channel, tap) loads ``VECTORS`` weight vectors and broadcasts
+one input value per pixel into FMAs. Taps are addressed through a per-call offset table (channel,
+row, column → input offset), so one flat loop over C·KH·KW covers any kernel size and dilation. The
+tile's epilogue (``conv_common.Epilogue``: bias, ReLU, a residual add, ReLU) runs while the tile is
+stored (transposed back to NCHW rows, or vector by vector in NCHWc), so a ResNet block's conv + bias
++ skip + ReLU is one pass over the output.
 
 A work item is (image, group, block of ``ROWS`` output rows), for every channel block of the
-group. Padding costs no pass over the input: a padded conv first copies the input rows of its
-item into a zero-bordered scratch (per thread, ``scratch_bytes``), which then stays in cache for
-all the item's channel blocks. Items are taken in chunks from an atomic counter, so one call runs
-on every core the pool lends it (``threads``). The kernel is a job (``void conv_nchwc(i64*
-frame)``, fields ``FRAME``), compiled once per dtype and width-stride class (1, 2 or any), every
-size a run-time value: the interpreter's variant and the JIT's compiled regions call the same
-code, the JIT by address with the weights packed when it lowers the region.
+group. Padding costs no pass over the input: a padded conv reads an NCHWc input's border in place,
+and otherwise first copies the input rows of its item into a zero-bordered scratch (per thread,
+``scratch_bytes``), which then stays in cache for all the item's channel blocks. Items are taken in
+chunks from an atomic counter, so one call runs on every core the pool lends it (``threads``). The
+kernel is a job (``void conv_nchwc(i64* frame)``, fields ``FRAME``), compiled once per dtype,
+width-stride class (1, 2 or any) and layout, every size a run-time value: the interpreter's variant
+and the JIT's compiled regions call the same code, the JIT by address with the weights packed when
+it lowers the region.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from ..native.irhelpers import (
     vec,
 )
 from ..ops.registry import Kernel
+from ..runtime import mempool
 from .conv_common import (
     FLAG_BIAS,
     FLAG_RELU,
@@ -423,26 +427,70 @@ def packed(weight: np.ndarray, bias: np.ndarray | None, groups: int) -> tuple[np
     return cached_pack(f"nchwc/g{groups}", weight, bias, lambda: pack_weights(weight, groups, bias))
 
 
+def bordered(h: D, w: D, border: int | None, lanes: int, top: int = 0, left: int = 0
+             ) -> tuple[D, D, D | int]:
+    """(row stride and channel(-block) stride, in pixels, and the element offset of pixel (−top, −left))
+    of an h × w image: dense NCHW (``border`` None), or NCHWc with a zero border of ``border`` pixels."""
+    if border is None:
+        return w, h * w, 0
+    rows = w + 2 * border
+    return rows, (h + 2 * border) * rows, ((border - top) * rows + (border - left)) * lanes
+
+
+def to_nchwc(x: np.ndarray, border: int) -> np.ndarray:
+    """NCHW [N, C, H, W] (C a multiple of the lanes) as NCHWc [N, C/lanes, H+2b, W+2b, lanes], zero border."""
+    lanes = LANES[float_name(x.dtype)]
+    n, c, h, w = x.shape
+    out = np.zeros((n, c // lanes, h + 2 * border, w + 2 * border, lanes), x.dtype)
+    blocks = x.reshape(n, c // lanes, lanes, h, w).transpose(0, 1, 3, 4, 2)
+    out[:, :, border:border + h, border:border + w] = blocks
+    return out
+
+
+def from_nchwc(x: np.ndarray, border: int) -> np.ndarray:
+    """The NCHW tensor inside an NCHWc one with a border of ``border`` pixels (``to_nchwc``'s inverse)."""
+    n, blocks, rows, cols, lanes = x.shape
+    inner = x[:, :, border:rows - border, border:cols - border]
+    return np.ascontiguousarray(inner.transpose(0, 1, 4, 2, 3)).reshape(n, blocks * lanes, rows - 2 * border,
+                                                                        cols - 2 * border)
+
+
 def conv2d_nchwc(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, geo: ConvGeometry, *,
-                 epilogue: Epilogue = NO_EPILOGUE, residual: np.ndarray | None = None) -> np.ndarray:
-    """The convolution as [N, C_out, OH, OW] (x 4-D, C-contiguous, of weight's dtype).
+                 epilogue: Epilogue = NO_EPILOGUE, residual: np.ndarray | None = None,
+                 x_border: int | None = None, res_border: int | None = None,
+                 out_border: int | None = None) -> np.ndarray:
+    """The convolution (``geo``: its NCHW geometry) as [N, C_out, OH, OW], or as NCHWc with a zero border
+    of ``out_border`` pixels. x (4-D) and the residual are C-contiguous NCHW, or NCHWc with a border of
+    ``x_border`` / ``res_border`` pixels (at least the conv's padding, for x); a residual is in the
+    output's layout. The NCHWc layouts are those of the interpreter's and the JIT's conv chains.
 
     Packed weights are cached for read-only (constant) weight arrays.
     """
     w_p, b_p = packed(weight, bias, geo.groups)  # these references keep the packed arrays alive
     name = float_name(x.dtype)
-    out = output_array(geo, x.dtype)
+    lanes, size = LANES[name], x.itemsize
+    h, w = geo.h, geo.w
     pads = (geo.pad_top, geo.pad_bottom, geo.pad_left, geo.pad_right)
-    slot = scratch_bytes(geo.c_group, geo.w, geo.kh, geo.kw, geo.sh, geo.dh, pads, x.itemsize)
+    x_rows, x_plane, x_at = bordered(h, w, x_border, lanes, geo.pad_top, geo.pad_left)
+    if x_border is not None:  # the border is the padding: it reads a larger input, unpadded
+        h, w, pads = h + pads[0] + pads[1], w + pads[2] + pads[3], (0, 0, 0, 0)
+    if out_border is None:
+        out = output_array(geo, x.dtype)
+    else:
+        rim = 2 * out_border
+        out = mempool.kernel_empty((geo.n, geo.c_out // lanes, geo.oh + rim, geo.ow + rim, lanes), x.dtype)
+    out_rows, out_plane, out_at = bordered(geo.oh, geo.ow, out_border, lanes)
+    res_rows, res_plane, res_at = bordered(geo.oh, geo.ow, res_border, lanes)
+    slot = scratch_bytes(geo.c_group, w, geo.kh, geo.kw, geo.sh, geo.dh, pads, size)
     scratch = np.empty(slot * POOL.threads, np.uint8)
     frame = FRAME.pack(
-        x=ptr(x), w=ptr(w_p), bias=ptr(b_p), out=ptr(out), scratch=ptr(scratch),
-        residual=None if residual is None else ptr(residual), N=geo.n, C=geo.c_in, H=geo.h, W=geo.w,
-        XR=geo.w, XP=geo.h * geo.w, OC=geo.c_out, OH=geo.oh, OW=geo.ow, OR=geo.ow, OP=geo.oh * geo.ow,
-        RR=geo.ow, RP=geo.oh * geo.ow, KH=geo.kh, KW=geo.kw, SH=geo.sh, SW=geo.sw, DH=geo.dh,
-        DW=geo.dw, PT=geo.pad_top, PL=geo.pad_left, PB=geo.pad_bottom, PR=geo.pad_right, groups=geo.groups,
+        x=ptr(x) + x_at * size, w=ptr(w_p), bias=ptr(b_p), out=ptr(out) + out_at * size, scratch=ptr(scratch),
+        residual=None if residual is None else ptr(residual) + res_at * size, N=geo.n, C=geo.c_in, H=h, W=w,
+        XR=x_rows, XP=x_plane, OC=geo.c_out, OH=geo.oh, OW=geo.ow, OR=out_rows, OP=out_plane,
+        OPAD=out_border or 0, RR=res_rows, RP=res_plane, KH=geo.kh, KW=geo.kw, SH=geo.sh, SW=geo.sw,
+        DH=geo.dh, DW=geo.dw, PT=pads[0], PL=pads[2], PB=pads[1], PR=pads[3], groups=geo.groups,
         flags=epilogue.flags(bias is not None), slot_bytes=slot)
-    POOL.run(job_address(name, geo.sw), frame, flops=geo.flops)
+    POOL.run(job_address(name, geo.sw, x_border is not None, out_border is not None), frame, flops=geo.flops)
     return out
 
 
@@ -452,31 +500,53 @@ def applies(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> bool
     return geo is not None and geo.oc_group >= 8
 
 
+def nchw_shape(x: np.ndarray, border: int | None) -> tuple[int, ...]:
+    """The NCHW shape of ``x``: its own, or that of the tensor inside an NCHWc one with that border."""
+    if border is None:
+        return x.shape
+    n, blocks, rows, cols, lanes = x.shape
+    return n, blocks * lanes, rows - 2 * border, cols - 2 * border
+
+
 def make(attrs: Mapping[str, Any]) -> Kernel:
-    """The variant's kernel: ``kernel(x, weight, bias=None)`` like the reference, and as its attribute
-    ``with_epilogue`` the same with a residual add and a ReLU after it (the interpreter's fusion)."""
+    """The variant's kernel: ``kernel(x, weight, bias=None)`` like the reference, and as its attributes
+    ``with_epilogue`` the same with a residual add and a ReLU after it (the interpreter's fusion), and
+    ``with_layouts`` (the same function) taking NCHWc operands too (the interpreter's conv chains)."""
     fallback = reference_conv2d(attrs)
     geometry = geometry_for(attrs)
 
     def with_epilogue(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, *,
-                      residual: np.ndarray | None = None, relu: bool = False) -> np.ndarray | None:
+                      residual: np.ndarray | None = None, relu: bool = False, x_border: int | None = None,
+                      res_border: int | None = None, out_border: int | None = None) -> np.ndarray | None:
         """``relu(conv + residual)`` (each optional) computed natively, or None where the native kernel
-        does not take these operands (a residual must have the output's shape and dtype)."""
-        geo = geometry(x.shape, weight.shape)
+        does not take these operands (a residual must have the output's shape, dtype and layout). x and
+        the residual are NCHWc with a border of ``x_border``/``res_border`` pixels when given, the output
+        when ``out_border`` is: then x is batched, groups 1 and the channels whole NCHWc blocks."""
+        geo = geometry(nchw_shape(x, x_border), weight.shape)
         if not native_operands(geo, x, weight, bias) or geo.oc_group < 8:
             return None
+        if (x_border, res_border, out_border) != (None, None, None):
+            lanes = LANES[float_name(x.dtype)]
+            pads = max(geo.pad_top, geo.pad_bottom, geo.pad_left, geo.pad_right)
+            if not geo.batched or geo.groups != 1 or geo.c_in % lanes or geo.c_out % lanes or (
+                    x_border is not None and pads > x_border):
+                return None
         if residual is not None:
             shape = (geo.n, geo.c_out, geo.oh, geo.ow)
-            if residual.dtype != x.dtype or residual.shape != (shape if geo.batched else shape[1:]):
+            if residual.dtype != x.dtype or (res_border is None) != (out_border is None) \
+                    or nchw_shape(residual, res_border) != (shape if geo.batched else shape[1:]):
                 return None
-            residual = np.ascontiguousarray(residual).reshape(shape)
+            residual = np.ascontiguousarray(residual)
+            residual = residual if res_border is not None else residual.reshape(shape)
         x4 = np.ascontiguousarray(x if geo.batched else x[None])
         epilogue = Epilogue(residual=residual is not None, relu_out=relu)
-        return finish(geo, conv2d_nchwc(x4, weight, bias, geo, epilogue=epilogue, residual=residual))
+        return finish(geo, conv2d_nchwc(x4, weight, bias, geo, epilogue=epilogue, residual=residual,
+                                        x_border=x_border, res_border=res_border, out_border=out_border))
 
     def kernel(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
         out = with_epilogue(x, weight, bias)
         return fallback(x, weight, bias) if out is None else out
 
     kernel.with_epilogue = with_epilogue  # type: ignore[attr-defined]
+    kernel.with_layouts = with_epilogue  # type: ignore[attr-defined]
     return kernel

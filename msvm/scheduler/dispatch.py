@@ -286,8 +286,12 @@ class Dispatcher:
     def choose(self, *arrays: Any) -> Choice:
         """The choice a call on ``arrays`` (no dynamic attributes) runs — for a caller that runs it its own
         way (the interpreter's fused epilogues); it is this thread's last choice from now on."""
-        key = tuple([a.shape for a in arrays])
-        choice = self.decisions.get(key) or self.decide(key, arrays, {})
+        return self.choose_shapes(tuple([a.shape for a in arrays]), lambda: arrays)
+
+    def choose_shapes(self, shapes: tuple, arrays: Callable[[], Sequence[np.ndarray]]) -> Choice:
+        """``choose`` for inputs of ``shapes``, made (``arrays()``) only for shapes not decided yet: the
+        interpreter's NCHWc conv chains hold their tensors in another layout."""
+        choice = self.decisions.get(shapes) or self.decide(shapes, arrays(), {})
         self._tls.last = choice
         return choice
 

@@ -427,11 +427,12 @@ class NativeConv(EpilogueKernel):
         if self.x_border is None:
             x_rows, x_plane = w, h * w
         else:  # the border is this conv's padding: it reads a larger input, unpadded
-            x_rows, x_plane, x_offset = _bordered(h, w, self.x_border, lanes, pads["PT"], pads["PL"])
+            border = self.x_border
+            x_rows, x_plane, x_offset = conv_nchwc.bordered(h, w, border, lanes, pads["PT"], pads["PL"])
             h, w = h + (pads["PT"] + pads["PB"]), w + (pads["PL"] + pads["PR"])
             pads = dict.fromkeys(pads, 0)
-        out_rows, out_plane, out_offset = _bordered(g.oh, g.ow, self.out_border, lanes)
-        res_rows, res_plane, res_offset = _bordered(g.oh, g.ow, self.res_border, lanes)
+        out_rows, out_plane, out_offset = conv_nchwc.bordered(g.oh, g.ow, self.out_border, lanes)
+        res_rows, res_plane, res_offset = conv_nchwc.bordered(g.oh, g.ow, self.res_border, lanes)
 
         sizes = {"N": g.n, "C": g.c, "H": h, "W": w, "XR": x_rows, "XP": x_plane, "OC": g.c_out, "OH": g.oh}
         sizes |= {"OW": g.ow, "OR": out_rows, "OP": out_plane, "RR": res_rows, "RP": res_plane}
@@ -458,17 +459,6 @@ class NativeConv(EpilogueKernel):
         run_job(fb, frame, values, job, fb.dim(work))
         fb.finish()
         return fb
-
-
-def _bordered(
-    h: Dim, w: Dim, border: int | None, lanes: int, top: int = 0, left: int = 0
-) -> tuple[Dim, Dim, Dim]:
-    """(row stride, channel stride, offset of pixel (−top, −left)) in pixels / elements of an h × w
-    tensor: dense NCHW (``border`` None), or NCHWc with a zero border of ``border`` pixels."""
-    if border is None:
-        return w, h * w, ZERO
-    rows = w + 2 * border
-    return rows, (h + 2 * border) * rows, ((border - top) * rows + (border - left)) * lanes
 
 
 def _layout(what: str, border: int | None) -> str:
