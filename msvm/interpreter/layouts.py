@@ -143,11 +143,12 @@ def in_layouts(plain: Callable[..., Any], site: Any, relu: bool, borders: Border
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
             residual: np.ndarray | None = None) -> np.ndarray:
-        def nchw() -> list[np.ndarray]:  # the operands as the site's kernels take them
-            return [x if xb is None else from_nchwc(x, xb), w] + ([] if b is None else [b])
-
         shapes = (nchw_shape(x, xb), w.shape) + (() if b is None else (b.shape,))
-        choice = site.choose_shapes(shapes, nchw)  # decided on NCHW operands, once per shape
+
+        def stand_ins() -> list[np.ndarray]:  # to decide on (what counts is shapes and dtypes): no copy
+            return [x if xb is None else np.zeros(shapes[0], x.dtype), w] + ([] if b is None else [b])
+
+        choice = site.choose_shapes(shapes, stand_ins)  # once per shape
         native = getattr(choice.run, "with_layouts", None)
         if native is not None:
             out = native(x, w, b, residual=residual, relu=relu, x_border=xb,
@@ -156,7 +157,7 @@ def in_layouts(plain: Callable[..., Any], site: Any, relu: bool, borders: Border
                 return out
         if residual is not None and rb is not None:
             residual = from_nchwc(residual, rb)
-        out = plain(*nchw(), residual=residual)
+        out = plain(x if xb is None else from_nchwc(x, xb), w, *([] if b is None else [b]), residual=residual)
         return out if ob is None else to_nchwc(out, ob)
 
     return run

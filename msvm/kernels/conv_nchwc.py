@@ -521,15 +521,16 @@ def make(attrs: Mapping[str, Any]) -> Kernel:
         """``relu(conv + residual)`` (each optional) computed natively, or None where the native kernel
         does not take these operands (a residual must have the output's shape, dtype and layout). x and
         the residual are NCHWc with a border of ``x_border``/``res_border`` pixels when given, the output
-        when ``out_border`` is: then x is batched, groups 1 and the channels whole NCHWc blocks."""
+        when ``out_border`` is: then x is batched, groups 1 and the NCHWc channels whole blocks."""
         geo = geometry(nchw_shape(x, x_border), weight.shape)
         if not native_operands(geo, x, weight, bias) or geo.oc_group < 8:
             return None
         if (x_border, res_border, out_border) != (None, None, None):
             lanes = LANES[float_name(x.dtype)]
             pads = max(geo.pad_top, geo.pad_bottom, geo.pad_left, geo.pad_right)
-            if not geo.batched or geo.groups != 1 or geo.c_in % lanes or geo.c_out % lanes or (
-                    x_border is not None and pads > x_border):
+            unfit_x = x_border is not None and (geo.c_in % lanes or pads > x_border)
+            unfit_out = out_border is not None and geo.c_out % lanes
+            if not geo.batched or geo.groups != 1 or unfit_x or unfit_out:
                 return None
         if residual is not None:
             shape = (geo.n, geo.c_out, geo.oh, geo.ow)
