@@ -42,14 +42,20 @@ from .native import PTR, native_library
 # wait for a helper's last chunk (measured on W1: 16e6, right for Python-side queues, left batch-1
 # convs on one core).
 MIN_FLOPS_PER_THREAD = 2e6
-# How long a helper (after a job) and a caller (waiting for helpers) spin before sleeping: pause
-# instructions, ≈ 50 µs on this machine.
+# How long a helper (after a job) and a caller (waiting for helpers) spin before sleeping, in pause
+# instructions (≈ 25 ns each here): ``SPINS_ALONE`` (≈ 150 µs) while nothing else wants the cores —
+# an interpreted program's next kernel follows after 20–100 µs of Python, and waking a sleeping helper
+# costs that kernel ≈ 30 µs (W3 interpreted at L = 128: 5–8 % faster than at 50 µs) —, ``SPINS``
+# (≈ 50 µs) while the JIT's compile worker, at idle priority, lives on the gaps (``share_gaps``):
+# spinning longer then delayed its code (W2's and W3's bucket streams).
 SPINS = 2000
+SPINS_ALONE = 6000
 _FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine()) if platform.system() == "Linux" else None
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # the _PRIVATE variants
 
 # The pool's shared state: one i64 per field, each on its own cache line.
-_FIELDS = ("busy", "generation", "sleepers", "job", "frame", "tickets", "done", "waiting", "helpers")
+_FIELDS = ("busy", "generation", "sleepers", "job", "frame", "tickets", "done", "waiting", "helpers",
+           "spins")
 _LINE = 8  # i64s per cache line
 I8P = I8.as_pointer()
 JOB = ir.FunctionType(VOID, [I64.as_pointer()])
@@ -99,7 +105,7 @@ def _wait_while_equal(b: ir.IRBuilder, st: _State, field: str, value: ir.Value, 
     _pause(b)
     count = b.add(spins.get(), i64(1))
     spins.set(count)
-    b.cbranch(b.icmp_signed("<", count, i64(SPINS)), head, sleep)
+    b.cbranch(b.icmp_signed("<", count, _load(b, st.ptr["spins"])), head, sleep)
     b.position_at_end(sleep)
     b.atomic_rmw("add", st.ptr[sleepers], i64(1), "seq_cst")
     with b.if_then(b.icmp_signed("==", _load(b, st.ptr[field]), value)):
@@ -192,6 +198,7 @@ class JobPool:
     def __init__(self, threads: int) -> None:
         self.threads = max(1, threads)  # the calling thread included
         self._state = np.zeros(len(_FIELDS) * _LINE, np.int64)
+        self._state[_FIELDS.index("spins") * _LINE] = SPINS_ALONE
         self._address = self._state.ctypes.data
         self._lock = threading.Lock()
         self._run: Any = None
@@ -232,6 +239,16 @@ class JobPool:
             if self._lent is not None:
                 self._state[_FIELDS.index("helpers") * _LINE] = self._lent
                 self._lent = None
+
+    @property
+    def spins(self) -> int:
+        """How long helpers and callers spin now (pause instructions) before sleeping."""
+        return int(self._state[_FIELDS.index("spins") * _LINE])
+
+    def share_gaps(self, share: bool) -> None:
+        """Spin ``SPINS`` after a job while ``share`` (the JIT's idle-priority compile worker runs in the
+        gaps between jobs), else ``SPINS_ALONE``; ``pool_run`` and the helpers read it at every wait."""
+        self._state[_FIELDS.index("spins") * _LINE] = SPINS if share else SPINS_ALONE
 
     def run(self, job: int, frame: Any, *, flops: float) -> None:
         """Run ``job`` (an address) on ``frame`` on as many threads as ``flops`` of work is worth."""

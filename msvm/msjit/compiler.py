@@ -230,6 +230,9 @@ class CompilerThread:
                         self._busy = False
                         self._cv.notify_all()
                 continue
+            from ..kernels.threads import POOL  # not at import: interpreting needs neither (nor llvmlite)
+
+            POOL.share_gaps(True)  # the worker lives on the gaps between the program's jobs
             try:
                 if warm:
                     self._warm_up()
@@ -238,6 +241,8 @@ class CompilerThread:
             finally:
                 if warm:
                     self._warm = "done"
+                with self._cv:
+                    POOL.share_gaps(bool(self._queue))
                 self._sample()
                 EVENTS.dispatch()  # subscribers have seen the outcome before waiters wake
                 with self._cv:

@@ -9,7 +9,7 @@ import pytest
 from llvmlite import ir
 
 from msvm.kernels.native import Frame, native_library
-from msvm.kernels.threads import JobPool
+from msvm.kernels.threads import SPINS, SPINS_ALONE, JobPool
 from msvm.native.irhelpers import I64, for_each_chunk, for_range, gep, i64
 
 FRAME = Frame(
@@ -64,6 +64,15 @@ def test_a_lent_core_leaves_jobs_one_helper_short_until_returned() -> None:
     assert {_run(pool, 10_000, 64, 1e12) for _ in range(20)} == {1}
     pool.return_core()
     assert max(_run(pool, 1_000_000, 256, 1e12) for _ in range(20)) == 2  # a helper joins again
+
+
+def test_helpers_spin_shorter_while_the_gaps_are_shared_and_jobs_run_either_way() -> None:
+    pool = JobPool(2)
+    assert pool.spins == SPINS_ALONE > SPINS  # nothing else wants the cores: helpers wait longer awake
+    for share, spins in ((True, SPINS), (False, SPINS_ALONE)):
+        pool.share_gaps(share)
+        assert pool.spins == spins
+        assert max(_run(pool, 1_000_000, 256, 1e12) for _ in range(20)) == 2
 
 
 def test_concurrent_callers_share_the_pool() -> None:

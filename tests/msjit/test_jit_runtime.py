@@ -289,6 +289,27 @@ def test_jit_options_reach_the_code_generator() -> None:
     assert entry["planned_bytes"] <= entry["naive_bytes"]
 
 
+def test_the_job_pool_spins_short_only_while_a_compile_runs_in_its_gaps() -> None:
+    """The idle-priority worker lives on the gaps between the program's jobs: helpers sleep sooner while
+    it compiles, and wait awake longer for the next job (an interpreted program's) once it is done."""
+    from msvm.kernels.threads import POOL, SPINS, SPINS_ALONE
+    from msvm.msjit.codegen import compile_region
+
+    during: list[int] = []
+
+    def record(*args, **kwargs):
+        during.append(POOL.spins)
+        return compile_region(*args, **kwargs)
+
+    COMPILER._use_backend(record)
+    try:
+        run_hot(tuned, rand(5, 16))
+        assert ms.vm.wait_for_compiles(60)
+    finally:
+        COMPILER._use_backend(None)
+    assert during == [SPINS] and POOL.spins == SPINS_ALONE
+
+
 @jit(scd_threshold=0.5)
 def upsample_loose(x: Tensor["N", 3, "H", "W"], like: Tensor["?", "?"]):
     return ops.relu(ops.resize_nearest(x, size=(like.shape[0], like.shape[1])) + 1.0)
