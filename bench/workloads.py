@@ -56,7 +56,8 @@ class Run:
     error: str | None = None
     max_abs_err: float | None = None
     also_steady: dict[str, float] = field(default_factory=dict)  # label -> steady seconds
-    switch_ratios: list[float] = field(default_factory=list)  # stream again, warm: call ÷ its shape's steady
+    switch_ratios: list[float] = field(default_factory=list)  # stream again, warm: call ÷ same input's next
+    switch_steady_ratios: list[float] = field(default_factory=list)  # the same calls ÷ their shape's steady
     landing: tuple[float, int] | None = None  # a fresh loop on the steady input: (s, calls) to a native run
     probes: dict[str, Callable[[], Any]] = field(default_factory=dict, repr=False)  # "steady"/label -> a call
     rewarm: Callable[[], None] | None = field(default=None, repr=False)  # compile the probes' keys again
@@ -97,8 +98,13 @@ def run_stream(engine: str, fn: Callable[..., Any], w: Workload, convert=lambda 
 def measure_switches(run: Run, w: Workload, fn: Callable[..., Any], convert=lambda a: a) -> None:
     """Do later shape switches run at steady speed (W4: no thrash between two specialisations)? Once
     every shape of the stream is warm — compiled, where the JIT is on — the stream runs again
-    (``SWITCH_PASSES`` times; a call's ratio is its median), and each call is compared with the steady
-    time of its own shape."""
+    (``SWITCH_PASSES`` times), each call followed at once by a second call on the same input; a call's
+    ratio (the median over the passes) is its time over that second call's (``switch_ratios``), and
+    over its shape's steady median measured before the passes (``switch_steady_ratios``). Why the
+    pair: the machine drifts by 10–30 % within seconds, and a ratio to a median taken a second earlier
+    measured the drift too — in ten full runs, 0.85–0.99 for the interpreter and 0.92–1.27 for the
+    JIT, whose 1.13–1.27 (four runs) no same-moment comparison reproduced (0.94–1.04, alone or in
+    one process)."""
     if not w.switches:
         return
     inputs = [tuple(convert(a) for a in raw) for raw in w.stream]
@@ -106,14 +112,21 @@ def measure_switches(run: Run, w: Workload, fn: Callable[..., Any], convert=lamb
     for raw, args in zip(w.stream, inputs):
         if _key(raw) not in steady:
             steady[_key(raw)] = measure(lambda a=args: fn(*a), repeat=5, min_time=0.1)
-    passes: list[list[float]] = []
+    paired: list[list[float]] = []
+    against_steady: list[list[float]] = []
     for _ in range(SWITCH_PASSES):
-        passes.append([])
+        paired.append([])
+        against_steady.append([])
         for raw, args in zip(w.stream, inputs):
             t0 = time.perf_counter()
             fn(*args)
-            passes[-1].append((time.perf_counter() - t0) / steady[_key(raw)])
-    run.switch_ratios = [statistics.median(call) for call in zip(*passes)]
+            t1 = time.perf_counter()
+            fn(*args)
+            t2 = time.perf_counter()
+            paired[-1].append((t1 - t0) / (t2 - t1))
+            against_steady[-1].append((t1 - t0) / steady[_key(raw)])
+    run.switch_ratios = [statistics.median(call) for call in zip(*paired)]
+    run.switch_steady_ratios = [statistics.median(call) for call in zip(*against_steady)]
 
 
 def _jit_stats(run: Run, fname: str) -> None:
@@ -350,8 +363,10 @@ def report(w: Workload, runs: list[Run], peaks: tuple[float, float]) -> str:
     switching = [r for r in runs if r.switch_ratios]
     if switching:
         ratios = ", ".join(f"{r.engine} median {statistics.median(r.switch_ratios):.2f}× "
-                           f"(max {max(r.switch_ratios):.2f}×)" for r in switching)
-        out += f"\nlater shape switches (the stream again, every shape warm) ÷ their shape's steady: {ratios}"
+                           f"(max {max(r.switch_ratios):.2f}×; ÷ steady median "
+                           f"{statistics.median(r.switch_steady_ratios):.2f}×)" for r in switching)
+        out += (f"\nlater shape switches (the stream again, every shape warm) ÷ the same input's next call: "
+                f"{ratios}")
     landed = [r for r in runs if r.landing]
     if landed:
         times = ", ".join(f"{r.engine} {fmt_time(r.landing[0])} ({r.landing[1]} calls)"
