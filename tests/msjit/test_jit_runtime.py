@@ -4,6 +4,7 @@
 # ruff: noqa: F821, F722
 
 import threading
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -268,13 +269,12 @@ def tuned(x: Tensor["N", 16]):
     return ops.relu(x * 2.0 + 1.0)
 
 
-def test_jit_options_reach_the_code_generator() -> None:
+def compile_tuned(observe: Callable[[dict], None]) -> None:
+    """Make ``tuned`` hot and let its compile land, calling ``observe(kwargs)`` as the compile starts."""
     from msvm.msjit.codegen import compile_region
 
-    seen: list[dict] = []
-
     def record(*args, **kwargs):
-        seen.append(kwargs)
+        observe(kwargs)
         return compile_region(*args, **kwargs)
 
     COMPILER._use_backend(record)
@@ -283,6 +283,11 @@ def test_jit_options_reach_the_code_generator() -> None:
         assert ms.vm.wait_for_compiles(60)
     finally:
         COMPILER._use_backend(None)
+
+
+def test_jit_options_reach_the_code_generator() -> None:
+    seen: list[dict] = []
+    compile_tuned(seen.append)
     (entry,) = entries("tuned")
     (kwargs,) = seen
     assert kwargs["mem_optimize"] is True and kwargs["bounds"] == {"N": 8} and kwargs["name"] == entry["name"]
@@ -293,20 +298,9 @@ def test_the_job_pool_spins_short_only_while_a_compile_runs_in_its_gaps() -> Non
     """The idle-priority worker lives on the gaps between the program's jobs: helpers sleep sooner while
     it compiles, and wait awake longer for the next job (an interpreted program's) once it is done."""
     from msvm.kernels.threads import POOL, SPINS, SPINS_ALONE
-    from msvm.msjit.codegen import compile_region
 
     during: list[int] = []
-
-    def record(*args, **kwargs):
-        during.append(POOL.spins)
-        return compile_region(*args, **kwargs)
-
-    COMPILER._use_backend(record)
-    try:
-        run_hot(tuned, rand(5, 16))
-        assert ms.vm.wait_for_compiles(60)
-    finally:
-        COMPILER._use_backend(None)
+    compile_tuned(lambda kwargs: during.append(POOL.spins))
     assert during == [SPINS] and POOL.spins == SPINS_ALONE
 
 
