@@ -12,8 +12,9 @@ conv kernels of a compiled region share the same helpers without any Python in b
 Handing out work: a call publishes the job with ``threads − 1`` *tickets* and wakes the helpers.
 A helper that claims a ticket runs the job; once the caller's own share is done it takes back
 the unclaimed tickets, so it never waits for a helper that has not started — only for those
-running a chunk. Helpers spin briefly after a job (the next kernel of a region usually follows
-within microseconds) and then sleep on a futex; a busy pool (another thread's call) means the
+running a chunk. Helpers spin a while after a job (the next kernel of a region follows within
+microseconds, an interpreted program's after 20–100 µs of Python; shorter while the JIT compiles in
+the gaps: ``share_gaps``) and then sleep on a futex; a busy pool (another thread's call) means the
 job runs on the caller alone.
 
 Why not static halves or spinning workers: on this 2-core machine shared with other processes,
