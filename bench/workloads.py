@@ -102,9 +102,9 @@ def measure_switches(run: Run, w: Workload, fn: Callable[..., Any], convert=lamb
     ratio (the median over the passes) is its time over that second call's (``switch_ratios``), and
     over its shape's steady median measured before the passes (``switch_steady_ratios``). Why the
     pair: the machine drifts by 10–30 % within seconds, and a ratio to a median taken a second earlier
-    measured the drift too — in ten full runs, 0.85–0.99 for the interpreter and 0.92–1.27 for the
-    JIT, whose 1.13–1.27 (four runs) no same-moment comparison reproduced (0.94–1.04, alone or in
-    one process)."""
+    measured the drift too — in five full runs 0.85–0.99 for the interpreter and 0.92–1.27 for the
+    JIT, whose 1.13–1.27 (four runs of ten) no same-moment comparison reproduced (0.94–1.04, alone or
+    in one process)."""
     if not w.switches:
         return
     inputs = [tuple(convert(a) for a in raw) for raw in w.stream]
