@@ -58,6 +58,7 @@ _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # the _PRIVATE variants
 _FIELDS = ("busy", "generation", "sleepers", "job", "frame", "tickets", "done", "waiting", "helpers",
            "spins")
 _LINE = 8  # i64s per cache line
+_SPINS, _HELPERS = (_FIELDS.index(f) * _LINE for f in ("spins", "helpers"))  # their slots in the state array
 I8P = I8.as_pointer()
 JOB = ir.FunctionType(VOID, [I64.as_pointer()])
 
@@ -199,7 +200,7 @@ class JobPool:
     def __init__(self, threads: int) -> None:
         self.threads = max(1, threads)  # the calling thread included
         self._state = np.zeros(len(_FIELDS) * _LINE, np.int64)
-        self._state[_FIELDS.index("spins") * _LINE] = SPINS_ALONE
+        self._state[_SPINS] = SPINS_ALONE
         self._address = self._state.ctypes.data
         self._lock = threading.Lock()
         self._run: Any = None
@@ -215,7 +216,7 @@ class JobPool:
                 for i in range(helpers):
                     name = f"msvm-native-{i}"
                     threading.Thread(target=serve, args=(state,), name=name, daemon=True).start()
-                self._state[_FIELDS.index("helpers") * _LINE] = helpers
+                self._state[_HELPERS] = helpers
                 self._entry = lib.address("pool_run")
                 self._run = lib.ctypes_function("pool_run", None, [PTR, PTR, PTR, ctypes.c_int64])
         return self._run
@@ -229,27 +230,26 @@ class JobPool:
         """Run jobs on one helper fewer until ``return_core`` (``pool_run`` reads the count at every
         call): the JIT's compile worker, starved at idle priority, gets that core. True if lent."""
         with self._lock:
-            slot = _FIELDS.index("helpers") * _LINE
-            if self._lent is None and self._state[slot] > 0:
-                self._lent = int(self._state[slot])
-                self._state[slot] = self._lent - 1
+            if self._lent is None and self._state[_HELPERS] > 0:
+                self._lent = int(self._state[_HELPERS])
+                self._state[_HELPERS] = self._lent - 1
             return self._lent is not None
 
     def return_core(self) -> None:
         with self._lock:
             if self._lent is not None:
-                self._state[_FIELDS.index("helpers") * _LINE] = self._lent
+                self._state[_HELPERS] = self._lent
                 self._lent = None
 
     @property
     def spins(self) -> int:
         """How long helpers and callers spin now (pause instructions) before sleeping."""
-        return int(self._state[_FIELDS.index("spins") * _LINE])
+        return int(self._state[_SPINS])
 
     def share_gaps(self, share: bool) -> None:
         """Spin ``SPINS`` after a job while ``share`` (the JIT's idle-priority compile worker runs in the
         gaps between jobs), else ``SPINS_ALONE``; ``pool_run`` and the helpers read it at every wait."""
-        self._state[_FIELDS.index("spins") * _LINE] = SPINS if share else SPINS_ALONE
+        self._state[_SPINS] = SPINS if share else SPINS_ALONE
 
     def run(self, job: int, frame: Any, *, flops: float) -> None:
         """Run ``job`` (an address) on ``frame`` on as many threads as ``flops`` of work is worth."""

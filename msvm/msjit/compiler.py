@@ -212,6 +212,8 @@ class CompilerThread:
             self._thread.start()
 
     def _loop(self) -> None:
+        from ..kernels.threads import POOL  # not at import: interpreting needs neither (nor llvmlite)
+
         while True:
             with self._cv:
                 idle = not self._queue and not EVENTS.has_pending and self._warm != "pending"
@@ -230,8 +232,6 @@ class CompilerThread:
                         self._busy = False
                         self._cv.notify_all()
                 continue
-            from ..kernels.threads import POOL  # not at import: interpreting needs neither (nor llvmlite)
-
             POOL.share_gaps(True)  # the worker lives on the gaps between the program's jobs
             try:
                 if warm:
