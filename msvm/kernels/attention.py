@@ -3,13 +3,15 @@
 Why: the reference spends most of its time outside arithmetic — numpy's stacked matmul on a
 contiguous copy of k^T, a scaled copy of the scores, and five temporaries for the safe softmax
 (≈ 1.5 ms for 4 heads × 128² × 64 here, where the two GEMMs are worth ≈ 0.1 ms). This kernel reads
-k where it lies (the pool GEMM packs its rows as Bᵀ panels), folds the scale into q (L·E multiplies
-instead of L·S), and runs the softmax in place on the one scores buffer with the native row kernel
-of ``rows`` (numpy's max, exp, sum and divide along the rows cost ≈ 110 µs for 4 × 128²; the row
-kernel 90 on one core, 49 on both). The GEMMs run on the job pool, not OpenBLAS, whose threads
-spin after each call and would take the second core from the pool's kernels around it
-(``gemm_packed``). Explicit masks go to the reference; ``is_causal`` adds a cached −inf upper
-triangle (one pass; boolean indexing costs 20× more).
+q and k where they lie (the pool GEMM packs k's rows as Bᵀ panels), folds the scale into the softmax
+(no pass of its own), and runs the softmax in place on the one scores buffer with the native row
+kernel of ``rows`` (numpy's max, exp, sum and divide along the rows cost ≈ 110 µs for 4 × 128²; the
+row kernel 90 on one core, 49 on both). The heads land in [L, H, Ev] memory, as the JIT's do, so
+multi-head attention's ``.transpose(1, 0, 2).reshape(L, H * Ev)`` is a view, not a copy (24 µs of
+W3's layer at L = 128). The GEMMs run on the job pool, not OpenBLAS, whose threads spin after each
+call and would take the second core from the pool's kernels around it (``gemm_packed``). Explicit
+masks go to the reference; ``is_causal`` adds a cached −inf upper triangle (one pass; boolean
+indexing costs 20× more).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..ops.registry import Kernel, get_op
+from ..runtime import mempool
 from . import gemm_packed
 from .native import common_float_name
 from .rows import softmax_rows
@@ -67,11 +70,13 @@ def make(attrs: Mapping[str, Any]) -> Kernel:
 
     def kernel(q: np.ndarray, k: np.ndarray, v: np.ndarray,
                attn_mask: np.ndarray | None = None) -> np.ndarray:
-        shapes = (q.shape, k.shape, v.shape)
-        if common_float_name(q, k, v) is None or attn_mask is not None or _dims(shapes) is None:
+        dims = _dims((q.shape, k.shape, v.shape))
+        if common_float_name(q, k, v) is None or attn_mask is not None or dims is None:
             return reference(q, k, v, attn_mask, is_causal=is_causal, scale=scale)
         factor = q.dtype.type(1 / math.sqrt(q.shape[-1]) if scale is None else scale)
-        scores = gemm_packed.matmul(q * factor, k, b_transposed=True)
+        if not 0 < factor < np.inf:  # a mask's −inf times the factor must stay −inf: scale q instead
+            q, factor = q * factor, q.dtype.type(1)
+        scores = gemm_packed.matmul(q, k, b_transposed=True)
         if is_causal:
             key = (*scores.shape[-2:], scores.dtype)
             mask = causal_masks.get(key)
@@ -81,7 +86,14 @@ def make(attrs: Mapping[str, Any]) -> Kernel:
                 upper = np.triu(np.ones(scores.shape[-2:], dtype=bool), 1)
                 mask = causal_masks[key] = np.where(upper, scores.dtype.type(-np.inf), scores.dtype.type(0))
             scores += mask
-        softmax_rows(scores, out=scores)  # row 0 keeps key 0 when causal: never a fully masked row
-        return gemm_packed.matmul(scores, v)
+        softmax_rows(scores, out=scores, scale=factor)  # row 0 keeps key 0 when causal: never all masked
+        heads, length, ev = q.shape[:-2], dims[1], dims[4]
+        if len(heads) == 0 or math.prod(heads[:-1]) != 1:
+            return gemm_packed.matmul(scores, v)
+        # heads [..., H, L, Ev] in [..., L, H, Ev] memory: ``.transpose(1, 0, 2).reshape(L, H * Ev)``,
+        # how multi-head attention reads them, is then a view and not a copy
+        out = np.swapaxes(mempool.kernel_empty((*heads[:-1], length, heads[-1], ev), q.dtype), -2, -3)
+        gemm_packed.matmul(scores, v, out=out.reshape(heads[-1], length, ev))
+        return out
 
     return kernel

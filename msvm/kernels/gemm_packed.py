@@ -339,21 +339,27 @@ def _matrices(arr: np.ndarray) -> tuple[np.ndarray, int, int]:
     return three, three.strides[0] // item, (three.strides[1] // item if rows > 1 else cols)
 
 
-def matmul(a: np.ndarray, b: np.ndarray, *, b_transposed: bool = False) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, *, b_transposed: bool = False, out: np.ndarray | None = None
+           ) -> np.ndarray:
     """``a @ B`` by the job: B is ``b`` ([..., K, N]) or, when ``b_transposed``, ``b``'s transpose (``b``
     [..., N, K]: attention's keys, read as they lie). Both of one float dtype, at least 2-D, with the
-    same batch dims (or ``b`` one matrix)."""
+    same batch dims (or ``b`` one matrix). ``out``: where to write, [M, N] or [batch, M, N] with rows of
+    unit stride in any order (attention writes its heads into [M, batch, N] memory)."""
     a3, sa, lda = _matrices(a)
     b3, sb, ldb = _matrices(b)
     batch, m, k = a3.shape
     n = b3.shape[1] if b_transposed else b3.shape[2]
-    out = mempool.kernel_empty((*a.shape[:-2], m, n), a.dtype)
+    if out is None:
+        out = mempool.kernel_empty((*a.shape[:-2], m, n), a.dtype)
     if out.size == 0 or k == 0:
         out[...] = 0
         return out
+    item = out.itemsize
+    ldo = out.strides[-2] // item if m > 1 else n
+    so = out.strides[0] // item if out.ndim == 3 and batch > 1 else m * n
     _run(float_name(a.dtype), k, 2.0 * batch * m * n * k, per_panel=True, x=ptr(a3), w=ptr(b3), out=ptr(out),
-         M=m, N=n, K=k, LDX=lda, LDO=n, BMODE=NK if b_transposed else KN, LDW=ldb, BATCH=batch, SX=sa,
-         SW=sb if b3.shape[0] > 1 else 0, SO=m * n)
+         M=m, N=n, K=k, LDX=lda, LDO=ldo, BMODE=NK if b_transposed else KN, LDW=ldb, BATCH=batch, SX=sa,
+         SW=sb if b3.shape[0] > 1 else 0, SO=so)
     return out
 
 

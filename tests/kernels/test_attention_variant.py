@@ -29,7 +29,8 @@ def _qkv(shapes, dtype: str) -> list[np.ndarray]:
     return [RNG.standard_normal(s).astype(dtype) for s in shapes]
 
 
-ATTRS = [{}, {"is_causal": True}, {"scale": 0.3}, {"is_causal": True, "scale": 2.0}]
+ATTRS = [{}, {"is_causal": True}, {"scale": 0.3}, {"is_causal": True, "scale": 2.0},
+         {"is_causal": True, "scale": -0.5}, {"scale": 0.0}]  # a scale not folded into the softmax
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -62,3 +63,17 @@ def test_what_it_does_not_cover_goes_to_the_reference() -> None:
     _close(kernel(e, k, v), SDPA.kernel(e, k, v))
     qi = q.astype(np.float64)  # mixed dtypes
     np.testing.assert_allclose(kernel(qi, k, v), SDPA.kernel(qi, k, v), rtol=1e-6)
+
+
+def test_heads_land_in_length_head_feature_memory() -> None:
+    """The output [H, L, Ev] lies in [L, H, Ev] memory, so multi-head attention's transpose and reshape
+    back to [L, H·Ev] are views; a batch of several head groups stays contiguous."""
+    q, k, v = _qkv(((4, 10, 8), (4, 12, 8), (4, 12, 6)), "float32")
+    out = POOL.make({"is_causal": False, "scale": None})(q, k, v)
+    _close(out, SDPA.kernel(q, k, v))
+    merged = out.transpose(1, 0, 2).reshape(10, 24)
+    assert merged.flags.c_contiguous and np.shares_memory(merged, out)
+    q4, k4, v4 = _qkv(((2, 3, 5, 8), (2, 3, 5, 8), (2, 3, 5, 8)), "float32")
+    out4 = POOL.make({"is_causal": False, "scale": None})(q4, k4, v4)
+    assert out4.flags.c_contiguous
+    _close(out4, SDPA.kernel(q4, k4, v4))

@@ -126,3 +126,14 @@ def test_scratch_holds_one_panel():
     assert gp.scratch_bytes(0, "float32") == gp.SLOT_ALIGN
     assert gp.scratch_bytes(64, "float32") >= 64 * gp.width_of("float32") * 4
     assert gp.scratch_bytes(64, "float32") % gp.SLOT_ALIGN == 0
+
+
+def test_matmul_writes_into_rows_of_any_stride():
+    """``out=``: a [batch, M, N] view of [M, batch, N] memory (how attention's heads land)."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 7, 5)).astype(np.float32)
+    b = rng.standard_normal((3, 5, 9)).astype(np.float32)
+    memory = np.full((7, 3, 9), np.nan, np.float32)
+    out = gp.matmul(a, b, out=memory.transpose(1, 0, 2))
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(memory, (a @ b).transpose(1, 0, 2), rtol=1e-5, atol=1e-5)
