@@ -63,21 +63,32 @@ def compiled_libraries() -> dict[str, NativeLibrary]:
     return {lib.name: lib for lib in list(_LIBRARIES.values())}
 
 
-_addressof = ctypes.addressof
-_from_buffer = ctypes.c_char.from_buffer
+def _probe_data_offset() -> int | None:
+    """Byte offset of ``data`` in numpy's array object, checked on live arrays (None if not found)."""
+    probes = [np.empty(3, np.float32), np.zeros((2, 5), np.int64)[:, 1:]]
+    probes.append(np.ones(4, np.float64))
+    probes[-1].flags.writeable = False
+    for offset in (16, 24, 32):
+        if all(ctypes.c_void_p.from_address(id(a) + offset).value == a.ctypes.data for a in probes):
+            return offset
+    return None
+
+
+DATA_OFFSET = _probe_data_offset()
+_void_at = ctypes.c_void_p.from_address
 
 
 def ptr(arr: np.ndarray) -> int:
     """The address of ``arr``'s first element (the caller keeps ``arr`` alive during the call).
 
-    Through the buffer protocol when it can (≈3× cheaper than ``arr.ctypes.data``, which costs
-    ≈1 µs and is paid several times per kernel call); read-only, non-C-contiguous or empty
-    arrays take the numpy route.
+    Read out of the array object at ``DATA_OFFSET`` (0.13 µs, as compiled regions read it), where
+    ``arr.ctypes.data`` costs ≈ 1 µs and is paid several times per kernel call — 1.6 µs for the
+    read-only constants of a model, which the buffer protocol refuses; numpy's route where the
+    layout is unknown.
     """
-    try:
-        return _addressof(_from_buffer(arr))
-    except (TypeError, ValueError, BufferError):
-        return arr.ctypes.data
+    if DATA_OFFSET is not None and isinstance(arr, np.ndarray):
+        return _void_at(id(arr) + DATA_OFFSET).value or 0
+    return arr.ctypes.data
 
 
 DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}

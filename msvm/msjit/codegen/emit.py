@@ -18,7 +18,6 @@ builtin call 0.06 µs — most of what a region of tiny ops costs.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from ...kernels.native import Frame
+from ...kernels.native import DATA_OFFSET, Frame
 from ...kernels.threads import MIN_FLOPS_PER_THREAD
 from ...native.irhelpers import Slot, ceil_div, for_each_chunk, for_range, max_i64, min_i64
 from ...shapes import Dim
@@ -80,18 +79,6 @@ def run_job(fb: FnBuilder, frame: Frame, values: dict[str, ir.Value], job: tuple
     threads = max_i64(b, min_i64(b, threads, ir.Constant(I64, THREADS)), ir.Constant(I64, 1))
     fields = [values.get(name, ir.Constant(I64, 0)) for name in frame.fields]
     run_on_pool(b, fb.extern, b.inttoptr(fb.extern(job), I8P), fields, threads)
-
-
-def _probe_data_offset() -> int | None:
-    """Byte offset of ``data`` in numpy's array object, checked on live arrays (None if not found)."""
-    probes = [np.empty(3, np.float32), np.zeros((2, 5), np.int64)[:, 1:]]
-    for offset in (16, 24, 32):
-        if all(ctypes.c_void_p.from_address(id(a) + offset).value == a.ctypes.data for a in probes):
-            return offset
-    return None
-
-
-DATA_OFFSET = _probe_data_offset()
 
 
 # Kernels without loops (they fill a job's frame, call BLAS or a native kernel) that the entry calls
