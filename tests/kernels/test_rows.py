@@ -10,8 +10,9 @@ from msvm.ops.registry import REGISTRY
 from msvm.scheduler.variants import VARIANTS
 
 TOLERANCE = {"float32": (2e-5, 2e-6), "float64": (1e-12, 1e-14)}
-# tails, chunks of rows, both threads
-SHAPES = [(1,), (3, 1), (7, 5), (2, 13), (128, 256), (4, 33, 64), (3, 1030), (600, 96)]
+# tails, chunks of rows, both threads; rows of whole groups of vectors, of groups and single vectors
+# and a tail (57), of groups and a vector (40) — the folds' accumulators and their loops
+SHAPES = [(1,), (3, 1), (7, 5), (2, 13), (128, 256), (4, 33, 64), (3, 1030), (600, 96), (5, 57), (9, 40)]
 
 
 def variant(op: str, attrs: dict):
