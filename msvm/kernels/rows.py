@@ -37,6 +37,7 @@ from ..native.irhelpers import (
     intrinsic,
     load_vec,
     maxnum,
+    nan_relu,
     splat,
     store_vec,
     vec,
@@ -54,9 +55,14 @@ FOLD_WAYS = 4  # independent vector accumulators of a row's sums and maxima (a p
 # Work per element in the pool's flops (what a GEMM does on one core meanwhile), for how many threads
 # a call is worth. A softmax costs ≈ 1.4 ns an element on one core: from ≈ 36 k elements it takes both
 # (attention's 4 × 128² scores: 90 µs on one core, 49 on two; at 60 it never did below 67 k).
-FLOPS_PER_ELEMENT = {"layer_norm": 30, "softmax": 110}
+FLOPS_PER_ELEMENT = {"layer_norm": 30, "softmax": 110, "sum": 10}
 LN_FRAME = Frame(("x", "out", "weight", "bias", "rows", "n", "chunk", "eps", "counter"),
                  pointers=("x", "out", "weight", "bias"), zeroed=("counter",))
+# the sum (or with SUM_MEAN the mean) of each row of ``x`` (+ ``y`` with SUM_ADD, ReLU'd with SUM_RELU):
+# a global average pool and the residual add and ReLU before it, as a JIT region fuses them
+SUM_FRAME = Frame(("x", "y", "out", "rows", "n", "chunk", "flags", "counter"), pointers=("x", "y", "out"),
+                  zeroed=("counter",))
+SUM_ADD, SUM_RELU, SUM_MEAN = 1, 2, 4
 # softmax(x · scale) per row; ``scale`` and ``eps`` are float64 bit patterns (``f64_bits``); ``safe``: a row
 # of −inf gives zeros, not NaN (attention's fully masked rows)
 SOFTMAX_FRAME = Frame(("x", "out", "rows", "n", "chunk", "scale", "safe", "counter"), pointers=("x", "out"),
@@ -192,7 +198,44 @@ def _build_softmax(dtype: str) -> str:
     return str(module)
 
 
-_BUILDERS = {"layer_norm": _build_layer_norm, "softmax": _build_softmax}
+def _build_sum(dtype: str) -> str:
+    ft, lanes = FLOAT_TYPES[dtype], LANES[dtype]
+    module = ir.Module(f"sum_{dtype}")
+    b, a = SUM_FRAME.define(module, "sum", ft.as_pointer(), no_builtins=True)
+    load = _access(b)[0]
+    add, relu, mean = (b.icmp_signed("!=", b.and_(a["flags"], i64(bit)), i64(0))
+                       for bit in (SUM_ADD, SUM_RELU, SUM_MEAN))
+    n = a["n"]
+    with for_each_chunk(b, a["counter"], a["rows"], a["chunk"]) as (start, stop), for_range(b, start, stop,
+                                                                                          name="r") as r:
+        base = b.mul(r, n)
+        x, y = gep(b, a["x"], base), gep(b, a["y"], base)
+
+        def element(i: ir.Value, width: int) -> ir.Value:
+            v = load(x, i, width)
+            v = b.select(add, b.fadd(v, load(y, i, width)), v)  # without SUM_ADD, y is x: a valid read
+            return b.select(relu, nan_relu(b, v), v)
+
+        total = _fold(b, ft, n, lanes, 0.0, lambda acc, v: b.fadd(acc, v, flags=REASSOC), element, "s")
+        total = b.select(mean, b.fdiv(total, b.sitofp(n, ft)), total)
+        b.store(total, gep(b, a["out"], r))
+    b.ret_void()
+    return str(module)
+
+
+def sum_rows(x: np.ndarray, y: np.ndarray | None = None, *, relu: bool = False, mean: bool = False
+             ) -> np.ndarray:
+    """The sum (or mean) over the last axis of ``x`` (+ ``y``, of its shape and dtype), ReLU'd first when
+    ``relu``: what a JIT region's fused reduction calls, as a function of its own for tests."""
+    x = np.ascontiguousarray(x)
+    y = x if y is None else np.ascontiguousarray(y)
+    out = np.empty(x.shape[:-1], x.dtype)
+    flags = (SUM_ADD if y is not x else 0) | (SUM_RELU if relu else 0) | (SUM_MEAN if mean else 0)
+    _run("sum", SUM_FRAME, x, out, x.shape[-1], y=ptr(y), flags=flags)
+    return out
+
+
+_BUILDERS = {"layer_norm": _build_layer_norm, "softmax": _build_softmax, "sum": _build_sum}
 
 
 def job_address(kind: str, dtype: str) -> int:

@@ -86,6 +86,25 @@ def test_layer_norm_mixed_dtypes_and_layouts():
                                *TOLERANCE["float32"])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_sum_rows_with_an_added_operand_and_relu(shape, dtype):
+    """The "sum" job JIT regions call for a reduction over trailing dims: every combination of its flags;
+    a NaN stays NaN through the ReLU, as numpy's maximum keeps it."""
+    rng = np.random.default_rng(sum(shape) + 1)
+    x, y = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+    x.reshape(-1)[len(x.reshape(-1)) // 2] = np.nan
+    rtol, atol = TOLERANCE[dtype]
+    for add in (False, True):
+        for relu in (False, True):
+            for mean in (False, True):
+                v = x + y if add else x
+                v = np.maximum(v, 0) if relu else v
+                expected = v.mean(-1) if mean else v.sum(-1)
+                got = rows.sum_rows(x, y if add else None, relu=relu, mean=mean)
+                np.testing.assert_allclose(got, expected, rtol * 10, atol * 10 * shape[-1])
+
+
 def test_attention_scores_softmax_is_worth_both_cores(monkeypatch):
     """4 heads × 128² scores cost ≈ 90 µs on one core: enough work for a second thread."""
     from msvm.kernels.threads import MIN_FLOPS_PER_THREAD

@@ -94,8 +94,9 @@ def _matmul_dtype(a: str, b: str) -> str:
 def _native_linear(ctx: Planner, x: Expr, w: Expr, bias: Expr | None, t: TensorType) -> Expr | None:
     """``x @ wᵀ (+ bias)`` by the job pool's GEMM with the constant weight packed now (and a constant [N]
     bias with it; any other bias is a lazy add). None when the weight is not a constant small enough
-    (``fits_pool``), the dtypes differ or are not native, or the product is small enough to
-    fuse as a contraction."""
+    (``fits_pool``) or the dtypes differ or are not native. However small the product: as a fused
+    contraction it cost the region a loop module (W1's classifier, 16 × 64 → 10: 10 ms of LLVM's O2
+    pipeline per compile), where calling the job costs a microsecond or two."""
     dtype = t.dtype
     if dtype not in gemm_packed.DTYPES or x.dtype != dtype or w.dtype != dtype or len(x.shape) < 1:
         return None
@@ -104,8 +105,6 @@ def _native_linear(ctx: Planner, x: Expr, w: Expr, bias: Expr | None, t: TensorT
         return None
     n, k = weight.shape
     rows = numel(x.shape[:-1])
-    if rows.is_const and rows.value * n * k < BLAS_MIN_FLOPS:
-        return None
     bias_value = None if bias is None else ctx.constant_value(bias)
     in_kernel = bias_value is not None and bias_value.shape == (n,) and bias.dtype == dtype
     w_buf, b_buf = _packed(ctx, "gemm", weight, bias_value if in_kernel else None)

@@ -198,6 +198,47 @@ def test_reductions_every_axis_combination(op, dtype, mode):
     run_modes(mode, body, [((3, 4, 5), dtype)], args, sym={"C": [(0, 1)]})
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_trailing_sums_of_loads_call_the_native_row_job(dtype, mode):
+    """A CNN's head — the mean over H, W of its last block's residual add and ReLU — and a plain trailing
+    sum call ``msvm.kernels.rows``' job, so the region needs no loop module; a NaN reaches the mean
+    through the ReLU. A sum over a leading axis, or of a transposed input, is generated."""
+
+    def body(f, a, b):
+        z = f.call("relu", [f.call("add", [a, b])])
+        bt = f.call("transpose", [b], {"axes": (0, 1, 3, 2)})
+        return (
+            f.call("mean", [z], {"axis": (2, 3), "keepdims": False}),
+            f.call("sum", [a], {"axis": -1, "keepdims": True}),
+            f.call("sum", [a], {"axis": 0, "keepdims": False}),
+            f.call("mean", [bt], {"axis": 3, "keepdims": False}),
+        )
+
+    def args(shapes, rng):
+        a, b = (rand(s, dtype, rng) for s in shapes)
+        a[1, 2, 3, 4] = np.nan
+        return [a, b]
+
+    shapes = [((2, 5, 6, 7), dtype), ((2, 5, 6, 7), dtype)]
+    r = run_modes(mode, body, shapes, args, sym={"N": [(0, 1), (1, 1)]})
+    natives = [k for k in r.lowered.kernels if k.endswith("(native sum)")]
+    assert len(natives) == 2 and "add,relu" in natives[0], r.lowered.kernels
+    assert len([k for k in r.lowered.kernels if k.startswith("reduce")]) == 4
+
+
+def test_a_small_linear_with_a_constant_weight_needs_no_loop_module():
+    """W1's classifier (16 × 64 → 10): the job pool's GEMM with its bias, not a fused contraction — LLVM's
+    O2 pipeline costs a loop module ~10 ms however small its loops."""
+    rng = np.random.default_rng(3)
+    w, b = rng.standard_normal((10, 64)).astype("float32"), rng.standard_normal(10).astype("float32")
+
+    def body(f, x):
+        return f.call("linear", [x, f.load_const(w), f.load_const(b)])
+
+    r = run_modes("exact", body, [((16, 64), "float32")])
+    assert r.lowered.kernels == ["gemm 16x10x64 packed -> out0 (pool) (bias)"] and not r.lowered.loop_ir
+
+
 def test_argmax_every_axis(mode):
     def body(f, x):
         return tuple(
