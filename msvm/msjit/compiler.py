@@ -15,6 +15,12 @@ Phases, each timed and visible (``phase_ms``, monitor ``phase`` events, trace ev
 the code generator's own phases, ``worker`` (the round trip to the worker beyond its own phases) and
 ``install`` (the hot-patch).
 
+Why some entries wait: an exact key that got hot in a region whose keys churn (more distinct keys
+than ``jit_adaptive_budget``) may never come back — W3's stream runs 85 lengths in 100 calls, and its
+exact mode compiled the two lengths seen three times for nothing, 5–9 % of the stream's time. Such an
+entry stays queued (``Entry.deferred``; a "deferred" event says so) until its key is asked for again,
+the program pauses, or someone waits for compiles.
+
 Why a warm-up: starting the worker costs about half a second, which the first compile would pay on
 top of its own time. ``prestart`` — called when a function with compilable regions first runs —
 has the compiler thread start the worker at once, by compiling a one-op probe region, and time
@@ -67,6 +73,7 @@ HOT_CALLS = 8
 HOT_SHARE = 2 / 3
 _WANTED_POLL_S = 0.02
 _IDLE_TICK_S = 1.0  # how often an idle compiler samples the hit rate for the monitor
+_DEFER_POLL_S = 0.01  # how often a compiler with only deferred entries looks again
 _PROBE_ROUNDS, _PROBE_CALLS = 5, 20  # launch overhead: the fastest round's mean time per call
 
 
@@ -153,6 +160,8 @@ class CompilerThread:
         self._sampled: float | None = None
         self._share = 0  # the generation of object code compiles may share (``codegen.region.build_region``)
         self._warm = "cold"  # -> "pending" (prestart asked for it) -> "warming" -> "done"
+        self._flush = 0  # threads in wait_idle: deferred entries compile now (``Entry.deferred``)
+        self._told: set[str] = set()  # deferred entries whose "deferred" event is out
         self.launch_overhead_ns: int | None = None  # a native region call's fixed cost, once measured
         EVENTS.wake = self.wake
 
@@ -181,16 +190,25 @@ class CompilerThread:
             self._cv.notify_all()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Wait until nothing is queued, warming up or compiling; False when ``timeout`` (s) passed first."""
+        """Wait until nothing is queued, warming up or compiling (deferred entries compile now); False when
+        ``timeout`` (s) passed first."""
         with self._cv:
-            return self._cv.wait_for(lambda: not self._queue and not self._busy and self._warm != "pending",
-                                     timeout)
+            self._flush += 1
+            self._cv.notify_all()
+            try:
+                return self._cv.wait_for(self._idle, timeout)
+            finally:
+                self._flush -= 1
+
+    def _idle(self) -> bool:
+        return not self._queue and not self._busy and self._warm != "pending"
 
     def reset(self) -> None:
         """Forget queued entries (a compile in flight finishes, but its region no longer installs it) and
         the object code later compiles could share."""
         with self._cv:
             self._queue.clear()
+            self._told.clear()
             self._share += 1
             self._cv.notify_all()
 
@@ -227,10 +245,12 @@ class CompilerThread:
             entry = self._take(waiting)
             EVENTS.dispatch()
             if not warm and entry is None:
-                if waiting:  # ms.vm.reset() emptied the queue meanwhile
+                if waiting:  # every entry deferred, or ms.vm.reset() emptied the queue meanwhile
                     with self._cv:
                         self._busy = False
                         self._cv.notify_all()
+                        if self._queue:
+                            self._cv.wait(_DEFER_POLL_S)
                 continue
             POOL.share_gaps(True)  # the worker lives on the gaps between the program's jobs
             try:
@@ -242,7 +262,8 @@ class CompilerThread:
                 if warm:
                     self._warm = "done"
                 with self._cv:
-                    POOL.share_gaps(bool(self._queue))
+                    now = time.perf_counter_ns()
+                    POOL.share_gaps(any(not e.deferred(now) for e in self._queue))
                 self._sample()
                 EVENTS.dispatch()  # subscribers have seen the outcome before waiters wake
                 with self._cv:
@@ -250,11 +271,20 @@ class CompilerThread:
                     self._cv.notify_all()
 
     def _take(self, waiting: list[Entry]) -> Entry | None:
-        """Take the entry of ``waiting`` that goes first (``Entry.compile_order``). Ordering takes the
-        regions' locks, so it runs without ours (the execution thread enqueues holding a region's)."""
-        if not waiting:
+        """Take the entry of ``waiting`` that goes first (``Entry.compile_order``) of those not deferred
+        (``Entry.deferred``; all of them while someone waits for compiles). Ordering takes the regions'
+        locks, so it runs without ours (the execution thread enqueues holding a region's)."""
+        now = time.perf_counter_ns()
+        ready = [e for e in waiting if self._flush or not e.deferred(now)]
+        for e in waiting:
+            if e not in ready and e.name not in self._told:
+                self._told.add(e.name)
+                EVENTS.publish("deferred", e.name, function=e.function, region=e.region,
+                               reason="its region runs many shapes: compiled when this one comes back, the "
+                                      "program pauses, or compiles are waited for")
+        if not ready:
             return None
-        entry = min(waiting, key=Entry.compile_order)
+        entry = min(ready, key=Entry.compile_order)
         with self._cv:
             if entry not in self._queue:
                 return None

@@ -147,6 +147,7 @@ class RegionRuntime:
         self.samples: dict[tuple, list[int]] = {}  # run-time key -> interpreted runs, ns
         self.entries: list[Entry] = []
         self.misses = 0
+        self.last_miss_ns = 0  # when it last ran interpreted
         self.generation = 0
         self.full_reported = False
         self.too_small: dict[tuple, str] = {}  # cache key -> why it is not compiled (bounded)
@@ -180,6 +181,7 @@ class RegionRuntime:
                 raise JitError(entry.error, address=self.region.start, hint="the function was declared with "
                                "fallback=False; use fallback=True to keep running interpreted")
             self.misses += 1
+            self.last_miss_ns = time.perf_counter_ns()
             if entry is not None and entry.status in ("queued", "compiling"):
                 entry.waiting += 1
             if len(state.keys) < _MAX_KEYS:
@@ -190,6 +192,11 @@ class RegionRuntime:
                     self._create(cache_key, state, key)
             sample = self.samples.get(key)
             return None if sample is None or len(sample) < _INTERP_SAMPLES else False
+
+    def churns(self) -> bool:
+        """Has it seen more distinct keys than adaptive mode's budget of exact entries? Then an exact
+        key that got hot may well never come back (W3's stream: 85 lengths in 100 calls)."""
+        return len(self.states) > CONTEXT.jit_adaptive_budget
 
     def done(self, key: tuple, t0: int) -> None:
         """An interpreted run of the region ended: keep its time (amortisation account, judging)."""

@@ -24,7 +24,8 @@ class JitEvent:
     time: float  # time.time()
     kind: str  # queued, started, phase, installed, fallback, demoted, skipped, hit-rate, cache-full,
     # buckets, guard, warm (the worker started and the launch overhead measured), core-lent and
-    # core-returned (a starved compile borrowed a core of the program's thread pools)
+    # core-returned (a starved compile borrowed a core of the program's thread pools), deferred (an exact
+    # key of a region whose keys churn waits until it is asked for again or the program pauses)
     entry: str | None  # the entry's name, when the event is about one
     data: dict[str, Any] = field(default_factory=dict)
 

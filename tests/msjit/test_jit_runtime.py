@@ -4,6 +4,7 @@
 # ruff: noqa: F821, F722
 
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -334,6 +335,57 @@ def test_the_jit_can_be_switched_off_and_on() -> None:
     assert entries("affine")[0]["hits"] == 2
 
 
+@jit
+def churning(x: Tensor["N", 16]):
+    return ops.relu(x * 2.0 + 1.0)
+
+
+def _status_becomes(name: str, status: str, calls: Callable[[], None] = lambda: None) -> bool:
+    """Poll (making ``calls`` between looks) until the entry ``name`` has ``status``, 60 s at most."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(e["name"] == name and e["status"] == status for e in ms.vm.jit_info()):
+            return True
+        calls()
+        time.sleep(0.01)
+    return False
+
+
+def test_an_exact_key_of_a_churning_region_compiles_when_asked_again_idle_or_waited_for(monkeypatch) -> None:
+    """Past ``jit_adaptive_budget`` distinct keys, a key hot for the first time is queued but left for
+    later (a "deferred" event says why) while the program runs other shapes: it compiles once asked for
+    again, once the program pauses, or when compiles are waited for."""
+    from msvm.msjit import cache
+
+    monkeypatch.setattr(cache, "DEFER_IDLE_NS", 600 * 10**9)  # "recently" is ten minutes: no pause
+    fresh = iter(range(100, 400))
+    for n in range(1, 12):  # 11 distinct keys: over the budget of 8
+        churning(rand(n, 16))
+    assert ms.vm.wait_for_compiles(60)  # the compile worker has started (nothing is queued yet)
+    for n in (20, 21, 22):
+        run_hot(churning, rand(n, 16))
+    time.sleep(0.1)  # the compiler looks at its queue every 10 ms
+    churning(rand(next(fresh), 16))
+    assert {e["name"][-3:]: e["status"] for e in entries("churning")} == dict.fromkeys(("N20", "N21", "N22"),
+                                                                                         "queued")
+    deferred = [e["entry"][-3:] for e in ms.vm.jit_monitor().events() if e["kind"] == "deferred"]
+    assert sorted(deferred) == ["N20", "N21", "N22"]
+
+    (n20,) = [e["name"] for e in entries("churning") if e["name"].endswith("N20")]
+    churning(rand(20, 16))  # asked for again
+    assert _status_becomes(n20, "compiled", lambda: churning(rand(next(fresh), 16)))
+    run_hot(churning, rand(20, 16), times=2)
+    assert [e["hits"] for e in entries("churning") if e["name"] == n20] == [2]
+
+    monkeypatch.setattr(cache, "DEFER_IDLE_NS", 10**6)  # the program pauses for more than 1 ms
+    (n21,) = [e["name"] for e in entries("churning") if e["name"].endswith("N21")]
+    assert _status_becomes(n21, "compiled")
+    monkeypatch.setattr(cache, "DEFER_IDLE_NS", 600 * 10**9)
+    churning(rand(next(fresh), 16))
+    assert ms.vm.wait_for_compiles(60)  # waiting for compiles does not wait for a pause
+    assert {e["status"] for e in entries("churning")} == {"compiled"}
+
+
 def test_the_compiler_takes_the_costliest_region_first() -> None:
     """Queued entries compile in order of their region's interpreted time per run (the most saved
     first), then oldest first; the monitor lists the queue in that order."""
@@ -341,11 +393,16 @@ def test_the_compiler_takes_the_costliest_region_first() -> None:
     from msvm.msjit.compiler import CompilerThread
 
     class Owner:
+        last_miss_ns = 0
+
         def __init__(self, ms_per_run: float | None) -> None:
             self.ms = ms_per_run
 
         def interp_ms(self, entry: Entry) -> float | None:
             return self.ms
+
+        def churns(self) -> bool:
+            return False
 
     def entry(name: str, ms_per_run: float | None) -> Entry:
         return Entry(name, "f", 0, 0, "exact", (), (), {}, "test", owner=Owner(ms_per_run))
