@@ -65,9 +65,9 @@ def compiled_libraries() -> dict[str, NativeLibrary]:
 
 def _probe_data_offset() -> int | None:
     """Byte offset of ``data`` in numpy's array object, checked on live arrays (None if not found)."""
-    probes = [np.empty(3, np.float32), np.zeros((2, 5), np.int64)[:, 1:]]
-    probes.append(np.ones(4, np.float64))
-    probes[-1].flags.writeable = False
+    frozen = np.ones(4, np.float64)
+    frozen.flags.writeable = False
+    probes = [np.empty(3, np.float32), np.zeros((2, 5), np.int64)[:, 1:], frozen]
     for offset in (16, 24, 32):
         if all(ctypes.c_void_p.from_address(id(a) + offset).value == a.ctypes.data for a in probes):
             return offset

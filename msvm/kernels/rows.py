@@ -8,8 +8,9 @@ values — two passes, as the reference, for accuracy — then ``(x − mean) ·
 max, then ``e = exp(x − max)`` stored and summed, then ``e / sum``), and rows are taken in chunks
 from an atomic counter, so a large tensor runs on both cores (``threads.POOL``). The sweeps are
 explicit vectors, the sums and maxima folded in several accumulators (``_fold``); mathlib's exp is
-branch-free. The attention kernel uses ``softmax_rows`` for its scores. Every size is a run-time argument: one
-library per (kernel, dtype), compiled on first use.
+branch-free. The attention kernel uses ``softmax_rows`` for its scores; JIT regions call these jobs,
+and the "sum" job for a reduction over trailing dims (``sum_rows``). Every size is a run-time
+argument: one library per (kernel, dtype), compiled on first use.
 """
 
 from __future__ import annotations
