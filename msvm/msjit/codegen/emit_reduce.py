@@ -77,6 +77,12 @@ def _better(fb: FnBuilder, v: ir.Value, best: ir.Value, dtype: str) -> ir.Value:
     return b.or_(b.fcmp_ordered(">", v, best), b.and_(v_nan, b.not_(best_nan)))
 
 
+def rows_per_claim(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
+    """IR: how many rows of ``n`` elements a thread of a ``msvm.kernels.rows`` job claims at a time."""
+    one = ir.Constant(I64, 1)
+    return max_i64(b, b.sdiv(ir.Constant(I64, native_rows.CHUNK_ELEMENTS), max_i64(b, n, one)), one)
+
+
 def reduction_layout(rank: int, axes: Sequence[int]) -> tuple[int, bool]:
     """(where the trailing run of reduced axes starts, whether outputs accumulate in memory): the latter
     when a reduced axis precedes a kept one, so one output is updated from several outer iterations."""
@@ -126,10 +132,8 @@ class ReduceKernel(Kernel):
         y = x if native.y is None else fb.at(native.y.buffer, native.y.view.offset)
         flags = (SUM_ADD if native.y is not None else 0) | (SUM_RELU if native.relu else 0)
         flags |= SUM_MEAN if self.op == "mean" else 0
-        one = ir.Constant(I64, 1)
-        chunk = max_i64(b, b.sdiv(ir.Constant(I64, native_rows.CHUNK_ELEMENTS), max_i64(b, n, one)), one)
-        values = {"x": x, "y": y, "out": fb.at(self.out, ZERO), "rows": rows, "n": n, "chunk": chunk,
-                  "flags": ir.Constant(I64, flags)}
+        values = {"x": x, "y": y, "out": fb.at(self.out, ZERO), "rows": rows, "n": n,
+                  "chunk": rows_per_claim(b, n), "flags": ir.Constant(I64, flags)}
         work = b.mul(b.mul(rows, n), ir.Constant(I64, native_rows.FLOPS_PER_ELEMENT["sum"]))
         run_job(fb, native_rows.SUM_FRAME, values, ("rows", "sum", self.out.dtype), work)
         fb.finish()
@@ -441,11 +445,9 @@ class RowKernel(Kernel):
             return fb.at(ld.buffer, ld.view.offset)
 
         n, total = fb.dim(numel(spec.row_shape)), fb.dim(numel(spec.space))
-        some = max_i64(b, n, ir.Constant(I64, 1))
         values = {"x": operand(native.src), "out": fb.at(self.out, self.view.offset),
-                  "rows": b.sdiv(total, some), "n": n,
-                  "chunk": max_i64(b, b.sdiv(ir.Constant(I64, native_rows.CHUNK_ELEMENTS), some),
-                                   ir.Constant(I64, 1))}
+                  "rows": b.sdiv(total, max_i64(b, n, ir.Constant(I64, 1))), "n": n,
+                  "chunk": rows_per_claim(b, n)}
         if native.job == "layer_norm":
             values |= {"weight": operand(spec.weight), "bias": operand(spec.bias),
                        "eps": ir.Constant(I64, native_rows.f64_bits(spec.eps))}
