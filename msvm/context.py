@@ -24,6 +24,7 @@ class Context:
     jit_cache_entries: int = 1024  # JIT cache entries in all; new keys beyond it run interpreted
     jit_cache_region_entries: int = 64  # JIT cache entries per region
     jit_adaptive_budget: int = 8  # adaptive cache mode: exact entries per region before it learns buckets
+    jit_disk_cache_max_mb: int = 512  # the persistent code cache's folder; least recently used files go first
     fallback: bool = True  # an op without a usable kernel variant falls back to the reference kernel
     device: str = "cpu"
 

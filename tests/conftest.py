@@ -9,6 +9,9 @@ import os
 import tempfile
 
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="msvm-test-cache-")
+# The persistent JIT code cache would let one test's compiles serve another's keys (a test that counts
+# compiles would find none): it is off unless a test switches it on with a folder of its own.
+os.environ.setdefault("MSVM_JIT_CACHE", "0")
 # Background calibration would compete with the suite for the 2 cores; tests that exercise it
 # switch it on explicitly.
 os.environ.setdefault("MSVM_BACKGROUND_CALIBRATION", "0")

@@ -166,6 +166,9 @@ class Version:
         self.inputs = inputs
         self.program = Program(module, options.as_dict(), info=verify_module(module))
         self.executable = self.program.function(self.name)
+        # Planned at once, not at the first call: the compile worker starts while the program gets its
+        # inputs ready, and the first call pays neither for the JIT's imports nor for its analysis.
+        self.executable.plan_jit()
         self.run = self._runner(len(key), returns)
 
     def arguments(self, args: tuple) -> list[Any]:

@@ -132,6 +132,10 @@ class Executable:
             with self._lock:
                 self._generated = self._traced = self.fast = None
 
+    def plan_jit(self) -> None:
+        """Plan the JIT's regions now rather than at the first call (and so start its compile worker)."""
+        self.jit  # noqa: B018
+
     @property
     def jit(self) -> Any:
         """The JIT's state for this function (``msvm.msjit.runtime.FunctionJit``), planned on first use."""

@@ -284,6 +284,7 @@ def _upper(value: int) -> int:
 
 STATUSES = ("queued", "compiling", "compiled", "fallback", "demoted")
 DEFER_IDLE_NS = 50_000_000  # a region not run interpreted for this long has paused: its deferred keys compile
+TIER_UP_HITS = 3  # runs of an entry's quick code before its optimised tier compiles
 
 
 @dataclass(eq=False)
@@ -329,6 +330,11 @@ class Entry:
     native: dict[tuple, list[int]] = field(default_factory=dict)  # run-time key -> sampled native runs, ns
     judging: tuple | None = None  # the run-time key whose interpreted and native runs alternate now
     judged: bool = False  # compared with the interpreter and kept
+    tier: int | None = None  # 1: quick code, its optimised tier queued (``tier_up``); 2: optimised
+    tier_up: bool = False  # queued again for its optimised tier
+    source: str | None = None  # where its code came from: "compiled" (this process) or "disk"
+    hot_ns: int = field(default_factory=time.perf_counter_ns)  # when its key got hot (or was loaded)
+    native_ns: int | None = None  # when its code first ran
 
     @property
     def hit_count(self) -> int:
@@ -339,7 +345,10 @@ class Entry:
         (``churns``), not asked for again since it was queued, while the region keeps running
         interpreted (within ``DEFER_IDLE_NS``): compiling a key the program may never ask for again
         would only take CPU from it (W3's exact stream, 100 calls: 5 % slower for two such compiles).
-        It compiles once its key comes back, the program pauses, or someone waits for compiles."""
+        It compiles once its key comes back, the program pauses, or someone waits for compiles.
+        A tier-up waits until its quick code has run ``TIER_UP_HITS`` times: the key stayed hot."""
+        if self.tier_up:
+            return self.hits[0] < TIER_UP_HITS
         owner = self.owner
         return (self.mode == "exact" and self.waiting == 0 and owner is not None and owner.churns()
                 and now_ns - owner.last_miss_ns < DEFER_IDLE_NS)
@@ -356,12 +365,13 @@ class Entry:
             raise ValueError(f"{self.name} has no native code ({self.status}: {self.reason})")
         return self.compiled.disassemble(kind)
 
-    def compile_order(self) -> tuple[float, int]:
+    def compile_order(self) -> tuple[bool, float, int]:
         """Where it goes in the compile queue (smallest first): the entry whose region costs the most
         interpreted time per run first — compiling it first saves the most if the calls keep coming —
-        then the oldest. Entries of keys not timed yet count as free."""
+        then the oldest. Entries of keys not timed yet count as free; tier-ups come after every first
+        compile, since they only make running code faster."""
         interp = self.owner.interp_ms(self) if self.owner is not None else None
-        return -(interp or 0.0), self.queued_ns
+        return self.tier_up, -(interp or 0.0), self.queued_ns
 
     def native_ms(self) -> float | None:
         """Median sampled native time."""
@@ -394,6 +404,10 @@ class Entry:
             "native_ms": native,
             "symbols": {k: (v if isinstance(v, int) else list(v)) for k, v in self.symbols.items()},
             "bounds": dict(self.bounds),
+            "tier": self.tier,
+            "source": self.source,
+            "hot_ns": self.hot_ns,
+            "native_ns": self.native_ns,
         }
 
 

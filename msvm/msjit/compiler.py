@@ -22,10 +22,12 @@ entry stays queued (``Entry.deferred``; a "deferred" event says so) until its ke
 the program pauses, or someone waits for compiles.
 
 Why a warm-up: starting the worker costs about half a second, which the first compile would pay on
-top of its own time. ``prestart`` — called when a function with compilable regions first runs —
-has the compiler thread start the worker at once, by compiling a one-op probe region, and time
-that region's native calls: the *launch overhead* of native code (``launch_overhead_ns``), below
-which no region is worth compiling. The worker runs at idle priority (``SCHED_IDLE``): it takes only
+top of its own time. ``prestart`` — called when a function with compilable regions is prepared, at
+its decoration — has the compiler thread start the worker at once and ready what a compile needs in
+this process, and know the *launch overhead* of native code (``launch_overhead_ns``), below which no
+region is worth compiling: measured once per host by compiling a one-op probe region and timing its
+calls, then kept in the capability DB's on-disk cache (the probe cost a fresh process's first
+compile 0.2–0.3 s of queueing). The worker runs at idle priority (``SCHED_IDLE``): it takes only
 CPU time the user's process leaves, and a kernel's helper thread waking up preempts it at once —
 at nice 10 it kept its time slice, and a 2-thread kernel waited for its straggling helper (W1 batch-16
 calls while a worker started, same-run medians: 22.0 ms with no worker, 19.5 idle, 28.4 at nice 10).
@@ -53,6 +55,7 @@ from ..bytecode.module import Module
 from ..context import CONTEXT
 from ..native.worker import INJECTIONS, CompileWorker
 from ..observe.trace import TRACE, TraceEvent
+from . import diskcache
 from .cache import Entry
 from .stats import EVENTS, format_ns, hit_rate
 
@@ -302,23 +305,40 @@ class CompilerThread:
         start, cpu = time.perf_counter_ns(), time.thread_time()
         if entry.generation != region.generation:
             return  # dropped by ms.vm.reset() while it waited
-        entry.phase_ms["queue"] = (start - entry.queued_ns) / 1e6
         fault, self._fault = self._fault, None
-        entry.status = "compiling"
-        EVENTS.publish("started", entry.name, function=entry.function, region=entry.region)
+        tier_up, entry.tier_up = entry.tier_up, False
+        if tier_up:
+            if entry.status != "compiled":
+                return  # demoted while its optimised tier waited
+        else:
+            entry.phase_ms["queue"] = (start - entry.queued_ns) / 1e6
+            entry.status = "compiling"
+            EVENTS.publish("started", entry.name, function=entry.function, region=entry.region)
         try:
-            with self._phase(entry, "region"):  # not verified here: lowering verifies it, in the worker
-                module, name, bounds = region.build(entry)
-                entry.module, entry.bounds = module, bounds
+            if entry.module is None:
+                with self._phase(entry, "region"):  # not verified here: lowering verifies it, in the worker
+                    module, name, bounds = region.build(entry)
+                    entry.module, entry.bounds = module, bounds
+            module, name, bounds = entry.module, entry.module.functions[0].name, entry.bounds
+            found = None if tier_up or self._backend is not None else diskcache.load(entry, module, bounds)
             t0 = time.perf_counter_ns()
             with self._phase(entry, "compile", record=False):
-                compiled = self._compile_region(module, name, entry, bounds, fault)
+                if found is not None:
+                    from .codegen.region import load_region
+
+                    compiled = load_region(*found, module, entry.name)
+                else:
+                    compiled = self._compile_region(module, name, entry, bounds, fault, 2 if tier_up else 1)
             wall_ms = (time.perf_counter_ns() - t0) / 1e6
-            for phase, ms in compiled.phase_ms.items():
+            phases = {f"tier2 {k}" if tier_up else k: v for k, v in compiled.phase_ms.items()}
+            if found is not None:
+                phases = {"disk": wall_ms}
+            for phase, ms in phases.items():
                 entry.phase_ms[phase] = ms
                 EVENTS.publish("phase", entry.name, phase=phase, ms=ms)
-            entry.phase_ms["worker"] = max(0.0, wall_ms - sum(compiled.phase_ms.values()))
-            entry.compiled = compiled
+            if found is None:
+                worker = max(0.0, wall_ms - sum(phases.values()))
+                entry.phase_ms["tier2 worker" if tier_up else "worker"] = worker
             entry.code_bytes = compiled.code_bytes
             entry.code_from = compiled.code_from
             entry.planned_bytes = compiled.lowered.planned_bytes
@@ -326,23 +346,38 @@ class CompilerThread:
             with self._phase(entry, "install"):
                 installed = region.install(entry, compiled)
         except Exception as exc:  # any failure of a compile is a fallback, never the user's problem
-            entry.compile_ms = (time.perf_counter_ns() - start) / 1e6
             entry.phase = None
-            if entry.generation != region.generation:
-                return  # dropped by ms.vm.reset() while it compiled
+            if entry.generation != region.generation or tier_up:
+                return  # dropped by ms.vm.reset() while it compiled; or its quick code keeps serving
+            entry.compile_ms = (time.perf_counter_ns() - start) / 1e6
             region.fail(entry, f"{type(exc).__name__}: {exc}")
             EVENTS.publish("fallback", entry.name, function=entry.function, region=entry.region,
                            reason=entry.reason)
             return
-        entry.compile_ms = (time.perf_counter_ns() - start) / 1e6
-        entry.compile_cpu_ms = (time.thread_time() - cpu) * 1e3 + compiled.worker_cpu_ms
         entry.phase = None
-        if installed:
-            EVENTS.publish("installed", entry.name, function=entry.function, region=entry.region,
-                           compile_ms=entry.compile_ms)
+        if not tier_up:
+            entry.compile_ms = (time.perf_counter_ns() - start) / 1e6
+            entry.compile_cpu_ms = (time.thread_time() - cpu) * 1e3 + compiled.worker_cpu_ms
+        if not installed:
+            return
+        entry.source = "disk" if found is not None else "compiled"
+        if found is None and compiled.wire is not None and (compiled.tier == 2 or not diskcache.has(
+                region, entry.cache_key)):
+            diskcache.store(entry, module, bounds, *compiled.wire)
+        if tier_up:
+            EVENTS.publish("tier-up", entry.name, function=entry.function, region=entry.region,
+                           tier=entry.tier, compile_ms=(time.perf_counter_ns() - start) / 1e6)
+            return
+        EVENTS.publish("installed", entry.name, function=entry.function, region=entry.region,
+                       compile_ms=entry.compile_ms, tier=entry.tier, source=entry.source)
+        if entry.tier == 1:  # its optimised tier compiles once the quick code has run a few times
+            entry.tier_up = True
+            with self._cv:
+                self._queue.append(entry)
+                self._cv.notify_all()
 
-    def _compile_region(self, module: Any, name: str, entry: Entry, bounds: dict[str, int], fault: str | None
-                        ) -> Any:
+    def _compile_region(self, module: Any, name: str, entry: Entry, bounds: dict[str, int], fault: str | None,
+                        tier: int) -> Any:
         backend = self._backend
         if backend is None:
             from .codegen import compile_region as backend
@@ -351,22 +386,39 @@ class CompilerThread:
         client = self._client(fault, lambda: (entry.waiting, entry.owner.misses - entry.queued_misses),
                               entry.name, 0.0 if shares_code else STARVED_S)
         return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
-                       via_worker=client, bounds=bounds or None, share=self._share)
+                       via_worker=client, bounds=bounds or None, share=self._share, tier=tier)
 
     def _warm_up(self) -> None:
-        """Start the worker by compiling a probe region, and time the probe's native calls: the launch
-        overhead. A failure here only leaves the overhead unknown (every hot region then compiles).
-        The worker process starts while this thread imports the code generator (each takes
-        0.15–0.2 s in a fresh process)."""
+        """Start the worker, and have everything a first compile or disk load needs here ready: the code
+        generator's modules, LLVM, the capability DB, the code cache's keys. The launch overhead comes
+        from the capability DB's on-disk cache when an earlier process measured it; otherwise it is
+        measured by compiling a probe region and timing its native calls, and kept there. A failure
+        only leaves the overhead unknown (every hot region then compiles). The worker process starts
+        while this thread imports (each takes 0.15–0.2 s in a fresh process)."""
+        from ..native.llvm import target_identity
+        from ..scheduler import persist
+        from ..scheduler.capability import DB
+
         t0 = time.perf_counter_ns()
         client = self._client(None, self._queue_asked, None)
         client.prestart(preload="msvm.msjit.codegen.region")  # its import overlaps this thread's
         from .codegen import compile_region
 
         try:
+            target_identity()
+            DB.ensure_loaded()
+            diskcache.code_version()
+            diskcache.host()
+            if DB.jit_launch_overhead_ns is not None:
+                self.launch_overhead_ns = DB.jit_launch_overhead_ns
+                EVENTS.publish("warm", None, ms=(time.perf_counter_ns() - t0) / 1e6, cached=True,
+                               launch_overhead=format_ns(self.launch_overhead_ns))
+                return
             module = _probe_module()
             compiled = compile_region(module, "probe", name="jit_launch_probe", via_worker=client)
             self.launch_overhead_ns = _fastest_call(compiled.fn, np.zeros(8, np.float32))
+            DB.jit_launch_overhead_ns = self.launch_overhead_ns
+            persist.save_db()
         except Exception as exc:  # the JIT works without the measurement
             EVENTS.publish("warm", None, ms=(time.perf_counter_ns() - t0) / 1e6,
                            error=f"{type(exc).__name__}: {exc}")

@@ -56,6 +56,7 @@ from ..context import CONTEXT, on_change
 from ..errors import JitError, ShapeError
 from ..observe.trace import TRACE, TraceEvent
 from ..options import JitOptions, jit_enabled
+from . import diskcache
 from .cache import CACHE, CachePolicy, Entry, KeyPlan, median_ms, plan_keys, region_digest
 from .compiler import COMPILER
 from .regions import Region, RegionIO, build_function, def_use, default_can_lower, form_regions, region_io
@@ -186,6 +187,12 @@ class RegionRuntime:
                 entry.waiting += 1
             if len(state.keys) < _MAX_KEYS:
                 state.keys.add(key)
+            first = entry is None and not state.rejected and state.count == 0
+            if first and diskcache.has(self, cache_key):
+                launcher = self._from_disk(cache_key, state, key)
+                if launcher is not None:
+                    self.misses -= 1
+                    return launcher
             if entry is None and not state.rejected:
                 state.count += 1
                 if state.count >= self.settings.hot_threshold:
@@ -240,7 +247,8 @@ class RegionRuntime:
             runs.append(ns)
             if len(runs) > _NATIVE_SAMPLES:
                 del runs[0]
-            if POLICY.demote and not entry.judged and entry.judging is None and len(runs) >= _JUDGE_RUNS:
+            if (POLICY.demote and not entry.judged and entry.judging is None and len(runs) >= _JUDGE_RUNS
+                    and entry.tier != 1):  # quick code is not judged: its optimised tier will be
                 self._suspect(entry, key)
 
     # -- bookkeeping ------------------------------------------------------------------------------
@@ -288,10 +296,18 @@ class RegionRuntime:
                 self.too_small[cache_key] = reason
             EVENTS.publish("skipped", None, function=self.exe_name, region=self.region.id, reason=reason)
             return
+        reason = self._trigger(policy.symbols_of(cache_key, key), state.count)
+        entry = self._entry(cache_key, state, key, reason)
+        if entry is not None:
+            COMPILER.submit(entry)
+
+    def _entry(self, cache_key: tuple, state: KeyState, key: tuple, reason: str) -> Entry | None:
+        """A new entry for ``cache_key``, registered; None when the cache is full (lock held)."""
+        policy = self.policy
         symbols = policy.symbols_of(cache_key, key)
         entry = Entry(policy.name(self.digest, cache_key, key), self.exe_name, self.region.id,
-                      self.region.start, self.settings.cache_mode, cache_key, key, symbols,
-                      self._trigger(symbols, state.count), owner=self, generation=self.generation)
+                      self.region.start, self.settings.cache_mode, cache_key, key, symbols, reason,
+                      owner=self, generation=self.generation)
         full = len(self.entries) >= CONTEXT.jit_cache_region_entries
         if full or not CACHE.add(entry, CONTEXT.jit_cache_entries):
             state.rejected = True
@@ -300,11 +316,41 @@ class RegionRuntime:
                 EVENTS.publish("cache-full", None, function=self.exe_name, region=self.region.id,
                                message=f"the JIT cache is full: new keys of {self.exe_name} region "
                                f"{self.region.id} run interpreted")
-            return
+            return None
         state.entry = entry
         entry.queued_misses = self.misses
         self.entries.append(entry)
-        COMPILER.submit(entry)
+        return entry
+
+    def _from_disk(self, cache_key: tuple, state: KeyState, key: tuple) -> Callable | None:
+        """The first run of a key whose code an earlier process left in the persistent code cache: load
+        and install it now, so that this very run is native (lock held). When the file does not check,
+        the key compiles at once instead — it was hot before."""
+        from .codegen.region import load_region
+
+        entry = self._entry(cache_key, state, key, "loaded from the persistent code cache at its first run")
+        if entry is None:
+            return None
+        t0 = time.perf_counter_ns()
+        try:
+            module, _, bounds = self.build(entry)
+            entry.module, entry.bounds = module, bounds
+            found = diskcache.load(entry, module, bounds)
+            compiled = load_region(*found, module, entry.name) if found is not None else None
+        except Exception as exc:  # a file that does not fit is never the user's problem
+            compiled = None
+            entry.reason = f"the persistent code cache's file did not load ({type(exc).__name__}: {exc})"
+        if compiled is None:
+            entry.reason += "; compiled again" if "did not load" in entry.reason else ""
+            COMPILER.submit(entry)
+            return None
+        entry.source, entry.judged = "disk", True  # it was judged, and kept, where it was compiled
+        entry.compile_ms = (time.perf_counter_ns() - t0) / 1e6
+        entry.phase_ms["disk"] = entry.compile_ms
+        self._install(entry, compiled)
+        EVENTS.publish("loaded", entry.name, function=self.exe_name, region=self.region.id, tier=entry.tier,
+                       ms=entry.compile_ms)
+        return entry.launcher
 
     def _too_small(self, keys: Iterable[tuple]) -> str | None:
         """Why native code cannot beat the interpreter on ``keys``: their fastest interpreted run is
@@ -346,6 +392,8 @@ class RegionRuntime:
                         "interpreted and is not compiled again")
         for k in [k for k, launcher in self.table.items() if launcher is entry.launcher]:
             del self.table[k]
+        if entry.source is not None:
+            diskcache.forget(entry)
         EVENTS.publish("demoted", entry.name, function=self.exe_name, region=self.region.id,
                        reason=entry.reason)
         return None
@@ -375,21 +423,33 @@ class RegionRuntime:
         return module, name, bounds
 
     def install(self, entry: Entry, compiled: Any) -> bool:
-        """Hot-patch: put the native launcher in the jump table for every key of the entry seen so far."""
+        """Hot-patch: put the native launcher in the jump table for every key of the entry seen so far
+        (a tier-up: wherever its quick code was)."""
         with self.lock:
-            if entry.generation != self.generation:
+            if entry.generation != self.generation or entry.status not in ("compiling", "compiled"):
                 return False
-            _, scalars, _ = self.policy.parameters(entry.cache_key, entry.key)
-            n_tensors = len(self.io.tensor_inputs)
-            keep = (*range(n_tensors), *(n_tensors + j for j, v in enumerate(scalars) if isinstance(v, str)))
-            total = n_tensors + len(scalars)
-            entry.launcher = make_launcher(compiled.fn, entry, keep, total, self.sampled)
-            entry.timed = make_launcher(compiled.fn, entry, keep, total, self.sampled, timed=True)
-            entry.status = "compiled"
-            state = self.states.get(entry.cache_key)
-            for key in (state.keys - state.blocked) if state is not None else ():
-                self._remember(key, entry.launcher)
+            self._install(entry, compiled)
             return True
+
+    def _install(self, entry: Entry, compiled: Any) -> None:
+        _, scalars, _ = self.policy.parameters(entry.cache_key, entry.key)
+        n_tensors = len(self.io.tensor_inputs)
+        keep = (*range(n_tensors), *(n_tensors + j for j, v in enumerate(scalars) if isinstance(v, str)))
+        total = n_tensors + len(scalars)
+        old = entry.launcher
+        entry.compiled = compiled
+        entry.tier = compiled.tier
+        entry.launcher = make_launcher(compiled.fn, entry, keep, total, self.sampled)
+        entry.timed = make_launcher(compiled.fn, entry, keep, total, self.sampled, timed=True)
+        entry.status = "compiled"
+        if old is not None:
+            entry.native.clear()  # the new tier's runs are judged afresh
+            for key in [k for k, launcher in self.table.items() if launcher is old]:
+                self.table[key] = entry.launcher
+        state = self.states.get(entry.cache_key)
+        for key in (state.keys - state.blocked) if state is not None else ():
+            if key != entry.judging:
+                self._remember(key, entry.launcher)
 
     def fail(self, entry: Entry, reason: str) -> None:
         with self.lock:
@@ -473,6 +533,8 @@ def make_launcher(fn: Callable, entry: Entry, keep: tuple[int, ...], total: int,
             t0 = now()
             out = fn(*args)
             t1 = now()
+            if entry.native_ns is None:
+                entry.native_ns = t0
         except ShapeError as exc:
             if exc.code != GUARD_CODE:
                 raise

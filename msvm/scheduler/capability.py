@@ -179,6 +179,7 @@ class CapabilityDB:
         self._load_lock = threading.Lock()
         self._load_tried = False
         self.cache_state = "not read yet"  # what happened to the on-disk cache (for the document)
+        self.jit_launch_overhead_ns: int | None = None  # a native JIT region call's fixed cost, measured
 
     # -- change notification ---------------------------------------------------------------------
     def on_change(self, callback: Callable[[], None]) -> None:
@@ -212,8 +213,8 @@ class CapabilityDB:
         patches: those belong to the process that loaded them."""
         with self._lock:
             rates = self._host_rates
-            if rates is not None and rates["source"] != "measured":
-                rates = None
+            if rates is not None and rates["source"] not in ("measured", "cached"):
+                rates = None  # a quick estimate is no measurement
             devices: dict[str, Any] = {}
             for name, state in sorted(self._devices.items()):
                 ops = {}
@@ -228,12 +229,15 @@ class CapabilityDB:
                 if ops or state.gemm_curve:
                     devices[name] = {"gemm_curve": state.gemm_curve, "ops": ops}
             return {"host_rates": rates and {k: rates[k] for k in ("sgemm_gflops", "bandwidth_gbps")},
-                    "devices": devices}
+                    "devices": devices, "jit": {"launch_overhead_ns": self.jit_launch_overhead_ns}}
 
     def restore(self, doc: Mapping[str, Any]) -> None:
         """Take the measurements of a ``snapshot`` (validated by ``persist``). An op whose variants
         changed since it was calibrated is skipped: it is calibrated again."""
         with self._lock:
+            overhead = (doc.get("jit") or {}).get("launch_overhead_ns")
+            if overhead is not None and self.jit_launch_overhead_ns is None:
+                self.jit_launch_overhead_ns = int(overhead)
             if doc.get("host_rates") and (self._host_rates is None or self._host_rates["source"] == "quick"):
                 self._host_rates = {**doc["host_rates"], "source": "cached"}
             for name, entry in doc.get("devices", {}).items():

@@ -130,7 +130,11 @@ def validated(doc: Any, key: Mapping[str, Any]) -> dict[str, Any]:
         ops = {op: _op(calibration, f"{where}.ops.{op}")
                for op, calibration in _dict(entry.get("ops", {}), f"{where}.ops").items()}
         devices[str(name)] = {"gemm_curve": curve, "ops": ops}
-    return {"host_rates": host_rates, "devices": devices}
+    jit = _dict(doc.get("jit", {}), "jit")
+    overhead = jit.get("launch_overhead_ns")
+    if overhead is not None:
+        overhead = _number(overhead, "jit.launch_overhead_ns", positive=True)
+    return {"host_rates": host_rates, "devices": devices, "jit": {"launch_overhead_ns": overhead}}
 
 
 def _op(calibration: Any, where: str) -> dict[str, Any]:

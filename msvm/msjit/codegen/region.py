@@ -17,6 +17,14 @@ medians, W1 55 → 38 ms, W3 28 → 17, W1's bucket region 92 → 57, W3's 47–
 A bucket's bounds reach the code only through that table too (arena offsets, per-thread slots,
 whether to release the GIL), so every bucket of a region has one IR and one object code: the next
 bucket costs a plan (``lower``'s ``reuse``) and a load (``build_region``), not an LLVM compile.
+
+Tiers: a region whose tensors are all small (``QUICK_MAX_ELEMENTS`` at its bounds) and whose loop module
+is long may compile that module unoptimised first (``tier=1``, ``QUICK_PIPELINE``): W6's 200 fused ops
+on 8×8 then cost LLVM 6 ms instead of 35, and run in 9 µs where the interpreter takes 150 (the optimised
+tier: 1.2 µs). On large tensors unoptimised loops lose to the interpreter's numpy calls, so such a
+region, and one with no loop module, is built optimised at once (``tier`` 2 in the answer). What the
+worker answers is plain data (``load_region`` makes the code of it), which is also what the persistent
+code cache keeps.
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ from ...bytecode.module import Module
 from ...native.blas import GemmEntry
 from ...native.llvm import CompileTimes, NativeLibrary, ObjectBuild, build_object, load_object
 from ...native.worker import CompileWorker
-from . import externs, shared
+from ...ops.registry import TensorType
+from . import dims, externs, shared
 from .emit import ModuleEmitter, may_be_big
 from .errors import LoweringError
 from .kernels import THREADS
@@ -47,6 +56,7 @@ from .launcher import LaunchSpec, build_launcher
 from .lower_nn import PACKS
 from .memplan import Placement, plan_memory
 from .plan import Planner, Recipe
+from .views import numel
 
 DISASSEMBLY_KINDS = ("llvm", "llvm-opt", "asm")
 # The pass pipeline for regions: O2 without the loop unroller. Measured against O3 on the workloads'
@@ -59,6 +69,15 @@ PIPELINE = {"opt_level": 2, "unroll": False, "slp": False}
 # The entry module: no optimisation, and the code generator's fastest level (W1's: 10 ms, where the
 # whole region optimised took 53; its native jobs and calls into the loop module ran as fast).
 ENTRY_PIPELINE = {"opt_level": 0, "unroll": False, "slp": False, "codegen": 0}
+# The quick tier's loop module: no optimisation either, for regions whose tensors are all this small.
+# Unoptimised code costs about 0.7 ns per element and op, the interpreter about 0.7 µs per op plus
+# 0.3 ns per element: below ~1,000 elements the unoptimised code still wins.
+# And only for a loop module of at least QUICK_MIN_LINES lines of IR: O2 costs a smaller one a few ms,
+# not worth a second compile.
+QUICK_PIPELINE = ENTRY_PIPELINE
+QUICK_MAX_ELEMENTS = 1024
+QUICK_MIN_LINES = 200
+TIERS = (1, 2)  # quick, optimised
 SEPARATOR = "\n; --- the loop module ---\n"  # between the modules in a listing (``disassemble``)
 
 
@@ -82,12 +101,18 @@ class LoweredRegion:
     slp: bool = False  # a kernel packs lanes: optimise with the SLP vectoriser
     release_gil: bool = False  # a kernel may be big at the bounds (``emit.may_be_big``)
     symbol: str = ""  # the entry's name in the object code: another entry's when its code is shared
+    small: bool = False  # every tensor within QUICK_MAX_ELEMENTS: a quick tier pays
+    tier: int = 2  # the tier its object code is built at (``tier_for``)
+
+    def tier_for(self, asked: int) -> int:
+        """The tier a request for ``asked`` gets: 1 only for a long loop module over small tensors."""
+        return 1 if asked == 1 and self.small and self.loop_ir.count("\n") >= QUICK_MIN_LINES else 2
 
     def modules(self) -> list[tuple[str, dict[str, Any]]]:
-        """Each module's IR with the options ``build_object`` compiles it with."""
+        """Each module's IR with the options ``build_object`` compiles it with, at ``tier``."""
         modules = [(self.ir, ENTRY_PIPELINE)]
         if self.loop_ir:
-            modules.append((self.loop_ir, PIPELINE | {"slp": self.slp}))
+            modules.append((self.loop_ir, QUICK_PIPELINE if self.tier == 1 else PIPELINE | {"slp": self.slp}))
         return modules
 
     def listing(self) -> str:
@@ -142,7 +167,8 @@ class LoweredRegion:
                   "kernels": self.kernels,
                   "placements": [list(astuple(p)) for p in self.placements], "launch": self.launch.to_json(),
                   "externs": externs.to_json(self.externs), "constants": consts, "lower_ms": self.lower_ms,
-                  "slp": self.slp, "release_gil": self.release_gil, "symbol": self.symbol}
+                  "slp": self.slp, "release_gil": self.release_gil, "symbol": self.symbol,
+                  "small": self.small, "tier": self.tier}
         return header, [ir_bytes, loop_bytes, *blocks]
 
     @classmethod
@@ -170,7 +196,7 @@ class LoweredRegion:
                    header["naive_bytes"], header["kernels"], [Placement(*p) for p in header["placements"]],
                    LaunchSpec.from_json(header["launch"]), externs.from_json(header["externs"]), constants,
                    lower_ms=header["lower_ms"], slp=header["slp"], release_gil=header["release_gil"],
-                   symbol=header["symbol"])
+                   symbol=header["symbol"], small=header["small"], tier=header["tier"])
 
 
 def _remake(module: Module, dtype: str, shape: list[int], kind: str, sources: list[int | None],
@@ -205,7 +231,8 @@ def lower(
     (with the op's address) for anything that cannot be compiled.
     """
     t0 = time.perf_counter()
-    plan = Planner(module, function, bounds, gemm).run()
+    planner = Planner(module, function, bounds, gemm)
+    plan = planner.run()
     planned, naive, placements = plan_memory(plan.kernels, plan.ranges, mem_optimize)
     kernels = [k.describe() for k in plan.kernels]
     hit = _LOWERED.get(reuse) if reuse is not None else None
@@ -236,7 +263,14 @@ def lower(
         (time.perf_counter() - t0) * 1e3,
         slp,
         any(may_be_big(kernel.parallel_work(), plan.ranges) for kernel in plan.kernels),
+        small=all(_largest(numel(t.shape), plan.ranges) <= QUICK_MAX_ELEMENTS
+                  for t in planner.types if isinstance(t, TensorType)),
     )
+
+
+def _largest(size: Any, ranges: Mapping[str, dims.Interval]) -> float:
+    """The largest value ``size`` (a Dim) takes with its params within ``ranges`` (absent: unbounded)."""
+    return dims.interval(size, {p: ranges.get(p, (-np.inf, np.inf)) for p in size.free_symbols})[1]
 
 
 def lowering_key(encoded: bytes, *inputs: Any) -> bytes:
@@ -280,10 +314,10 @@ _OBJECTS = _Recent(32)  # digest -> (the modules' object code, the entry name it
 
 
 def build_region(lowered: LoweredRegion, share: int = 0) -> tuple[list[bytes], CompileTimes]:
-    """The object code of ``lowered``'s modules: built, or shared with an entry lowered to the same IR
-    before, in the same ``share`` generation (then ``lowered.symbol`` names that entry, whose name the
-    code carries)."""
-    text = f"{share}\0{lowered.ir.replace(lowered.entry, chr(0))}\0{lowered.loop_ir}"
+    """The object code of ``lowered``'s modules at its ``tier``: built, or shared with an entry lowered
+    to the same IR before, in the same ``share`` generation (then ``lowered.symbol`` names that entry,
+    whose name the code carries)."""
+    text = f"{share}\0{lowered.tier}\0{lowered.ir.replace(lowered.entry, chr(0))}\0{lowered.loop_ir}"
     digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
     hit = _OBJECTS.get(digest)
     if hit is not None:
@@ -307,7 +341,12 @@ class CompiledRegion:
     phase_ms: dict[str, float]  # lower, optimise, codegen, load
     code_bytes: int
     worker_cpu_ms: float  # CPU time the compile worker spent lowering and compiling it (0: in-process)
+    wire: tuple[dict[str, Any], bytes] | None = field(default=None, repr=False)  # the worker's answer
     _listing: list[ObjectBuild] | None = field(default=None, repr=False)
+
+    @property
+    def tier(self) -> int:
+        return self.lowered.tier
 
     @property
     def code_from(self) -> str | None:
@@ -340,18 +379,42 @@ def compile_region(
     via_worker: CompileWorker | None = None,
     bounds: dict[str, int] | None = None,
     share: int = 0,
+    tier: int = 2,
 ) -> CompiledRegion:
     """``lower`` + compile + ``bind``: all in this process, or lowered and compiled in ``via_worker``'s
     process (``lower_in_worker``), which leaves this process only the load and the bind. ``share``: the
     generation of object code it may share (``build_region``; the JIT starts a new one at each
-    ``ms.vm.reset()``, so that what is measured after it is compiled afresh)."""
+    ``ms.vm.reset()``, so that what is measured after it is compiled afresh). ``tier``: 1 asks for the
+    quick tier where it pays (``LoweredRegion.tier_for``)."""
     if via_worker is not None:
-        built = _lower_and_build_in(via_worker, module, function, mem_optimize, name, bounds, share)
-        lowered, objects, times, worker_cpu = built
-    else:
-        reuse = lowering_key(encode_module(module), function, mem_optimize, share)
-        lowered = lower(module, function, mem_optimize=mem_optimize, name=name, bounds=bounds, reuse=reuse)
-        (objects, times), worker_cpu = build_region(lowered, share), 0.0
+        sent, files = shared.export(module)
+        header = {"function": function, "mem_optimize": mem_optimize, "name": name, "bounds": bounds,
+                  "gemm": gemm_entries(module), "shared": files, "share": share, "tier": tier}
+        result = via_worker.call(f"{__name__}:lower_in_worker", header, encode_module(sent))
+        if not result.ok:
+            raise LoweringError(f"compiling {name} failed: {result.error}", code="E-JIT-COMPILE")
+        return load_region(result.reply, result.payload, module, name, result.cpu_ms)
+    reuse = lowering_key(encode_module(module), function, mem_optimize, share)
+    lowered = lower(module, function, mem_optimize=mem_optimize, name=name, bounds=bounds, reuse=reuse)
+    lowered.tier = lowered.tier_for(tier)
+    objects, times = build_region(lowered, share)
+    return _bind(lowered, objects, times, name, 0.0, None)
+
+
+def load_region(reply: dict[str, Any], payload: bytes, module: Module, name: str, worker_cpu_ms: float = 0.0
+                ) -> CompiledRegion:
+    """The code ``lower_in_worker`` answered (``reply``, ``payload``) for ``module``, loaded and bound
+    here: from the compile worker, or from the persistent code cache."""
+    objects, at = [], 0
+    for n in reply["object_lens"]:
+        objects.append(payload[at:at + n])
+        at += n
+    lowered = LoweredRegion.from_wire(reply, payload[at:], module)
+    return _bind(lowered, objects, CompileTimes(**reply["times"]), name, worker_cpu_ms, (reply, payload))
+
+
+def _bind(lowered: LoweredRegion, objects: list[bytes], times: CompileTimes, name: str, worker_cpu_ms: float,
+          wire: tuple[dict[str, Any], bytes] | None) -> CompiledRegion:
     t0 = time.perf_counter()
     library = load_object(objects, name, llvm_ir=lowered.listing(), times=times)
     fn = lowered.bind(library)
@@ -362,29 +425,16 @@ def compile_region(
         "codegen": times.codegen_ms,
         "load": load_ms,
     }
-    return CompiledRegion(fn, lowered, library, phases, sum(map(text_bytes, objects)), worker_cpu)
+    return CompiledRegion(fn, lowered, library, phases, sum(map(text_bytes, objects)), worker_cpu_ms, wire)
 
 
-def _lower_and_build_in(worker: CompileWorker, module: Module, function: str, mem_optimize: bool, name: str,
-                        bounds: dict[str, int] | None, share: int
-                        ) -> tuple[LoweredRegion, list[bytes], CompileTimes, float]:
+def gemm_entries(module: Module) -> dict[str, list[Any] | None]:
+    """The BLAS entry the region's code calls per dtype, as the worker gets it (plain data)."""
     from ...native.blas import best_gemm
 
     entries = {dt: best_gemm(dt) for dt in _float_dtypes(module)}
-    gemm = {dt: None if e is None else [e.name, e.source, e.path, e.symbol, e.abi, e.int_bits]
+    return {dt: None if e is None else [e.name, e.source, e.path, e.symbol, e.abi, e.int_bits]
             for dt, e in entries.items()}
-    sent, files = shared.export(module)
-    header = {"function": function, "mem_optimize": mem_optimize, "name": name, "bounds": bounds,
-              "gemm": gemm, "shared": files, "share": share}
-    result = worker.call(f"{__name__}:lower_in_worker", header, encode_module(sent))
-    if not result.ok:
-        raise LoweringError(f"compiling {name} failed: {result.error}", code="E-JIT-COMPILE")
-    objects, at = [], 0
-    for n in result.reply["object_lens"]:
-        objects.append(result.payload[at:at + n])
-        at += n
-    lowered = LoweredRegion.from_wire(result.reply, result.payload[at:], module)
-    return lowered, objects, result.times, result.cpu_ms
 
 
 def _float_dtypes(module: Module) -> list[str]:
@@ -409,6 +459,7 @@ def lower_in_worker(header: dict[str, Any], payload: bytes) -> tuple[dict[str, A
     reuse = lowering_key(payload, *(header[k] for k in inputs))
     lowered = lower(module, header["function"], mem_optimize=header["mem_optimize"], name=header["name"],
                     bounds=header["bounds"], gemm=gemm, reuse=reuse)
+    lowered.tier = lowered.tier_for(header["tier"])
     objects, times = build_region(lowered, header["share"])
     reply, blocks = lowered.to_wire(module)
     reply |= {"object_lens": [len(obj) for obj in objects], "times": times.as_dict()}
