@@ -123,8 +123,9 @@ class _Worker:
     """The compile worker as the code generator sees it: our timeout, and a fault injected for a test."""
 
     def __init__(self, worker: CompileWorker, inject: str | None, asked: Callable[[], tuple[int, int]],
-                 entry: str | None, starved_s: float) -> None:
+                 entry: str | None, starved_s: float, background: bool = False) -> None:
         self._worker = worker
+        self._background = background
         self._inject = inject
         self._asked = asked
         self._entry = entry
@@ -140,6 +141,9 @@ class _Worker:
     def call(self, target: str, header: dict[str, Any], payload: bytes = b"", timeout_s: float | None = None
              ) -> Any:
         del timeout_s  # compile_timeout_ms decides
+        if self._background:  # nothing waits for it: idle priority, and no core lent
+            return self._worker.call(target, header, payload, CONTEXT.compile_timeout_ms / 1000.0,
+                                     inject=self._inject, background=True)
         with _core_when_starved(self._asked, self._entry, self._starved_s):
             return self._worker.call(target, header, payload, CONTEXT.compile_timeout_ms / 1000.0,
                                      inject=self._inject)
@@ -384,7 +388,8 @@ class CompilerThread:
         shares_code = bool(bounds) and any(e is not entry and e.status == "compiled" and e.bounds
                                            for e in entry.owner.entries)  # a plan and a load
         client = self._client(fault, lambda: (entry.waiting, entry.owner.misses - entry.queued_misses),
-                              entry.name, 0.0 if shares_code else STARVED_S)
+                              entry.name, 0.0 if shares_code else STARVED_S, background=tier == 2 and
+                              entry.tier == 1)  # a tier-up: its quick code serves meanwhile
         return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
                        via_worker=client, bounds=bounds or None, share=self._share, tier=tier)
 
@@ -418,7 +423,7 @@ class CompilerThread:
             compiled = compile_region(module, "probe", name="jit_launch_probe", via_worker=client)
             self.launch_overhead_ns = _fastest_call(compiled.fn, np.zeros(8, np.float32))
             DB.jit_launch_overhead_ns = self.launch_overhead_ns
-            persist.save_db()
+            persist.save_launch_overhead(self.launch_overhead_ns)
         except Exception as exc:  # the JIT works without the measurement
             EVENTS.publish("warm", None, ms=(time.perf_counter_ns() - t0) / 1e6,
                            error=f"{type(exc).__name__}: {exc}")
@@ -427,10 +432,10 @@ class CompilerThread:
                        launch_overhead=format_ns(self.launch_overhead_ns))
 
     def _client(self, fault: str | None, asked: Callable[[], tuple[int, int]], entry: str | None,
-                starved_s: float = STARVED_S) -> _Worker:
+                starved_s: float = STARVED_S, background: bool = False) -> _Worker:
         if self._worker is None:
             self._worker = CompileWorker(idle=True)
-        return _Worker(self._worker, fault, asked, entry, starved_s)
+        return _Worker(self._worker, fault, asked, entry, starved_s, background)
 
     def _queue_asked(self) -> tuple[int, int]:
         """How often the queued entry most asked for was asked, and its region (what the worker's

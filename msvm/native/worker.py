@@ -14,15 +14,16 @@ request runs a function of the msvm package in the worker, ``fn(header, payload)
 ``prestart``), thread-safe (one request at a time), and self-healing — when the worker dies
 (``crashed``, with its signal or exit code) or overruns its timeout (``timed_out``: it is killed),
 the result says so and the next request starts a fresh worker. A timeout counts the worker's own
-time: where the worker runs at idle priority (``idle=True``) and the user's code keeps every core
-busy, the time it waits for a CPU (Linux: ``/proc/<pid>/schedstat``) extends its deadline — a slow
-compile is not a hung one. Requests can inject faults for
+time: where the worker yields to the program (``idle=True``) and the user's code keeps every core
+busy, the time it waits for a CPU (Linux: ``/proc/<pid>/task/*/schedstat``) extends its deadline — a
+slow compile is not a hung one. Requests can inject faults for
 tests: ``inject="crash"`` (``os.abort()``), ``"hang"`` (sleeps forever) or ``"error"`` (raises
 inside the worker).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -44,7 +45,11 @@ from typing import IO, Any, BinaryIO
 from .llvm import CompileTimes, NativeLibrary, load_object
 
 _FRAME = struct.Struct(">II")
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+# An idle worker's priority for what the program waits for: nice 4 weighs 423 against a program
+# thread's 1024, so on a core both want it takes 29 % — a real share, bounded — where SCHED_IDLE,
+# its priority before, got nothing while the program (or anything else) kept every core busy.
+URGENT_NICE = 4
 INJECTIONS = ("crash", "hang", "error")
 
 
@@ -113,12 +118,20 @@ class Deadline:
 
 
 def _waiting_s(pid: int) -> float:
-    """Seconds process ``pid`` has spent runnable but not running (0.0 where the kernel does not say)."""
+    """Seconds the threads of process ``pid`` have spent runnable but not running (0.0 where the kernel
+    does not say)."""
+    total = 0.0
     try:
-        with open(f"/proc/{pid}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
         return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
 
 
 class CompileWorker:
@@ -126,9 +139,10 @@ class CompileWorker:
 
     def __init__(self, *, python: str = sys.executable, start_timeout_s: float = 60.0, idle: bool = False
                  ) -> None:
-        """``idle``: the worker runs only on CPUs nothing else of ours wants (Linux ``SCHED_IDLE``,
-        elsewhere the lowest nice value), from its first instruction — its start-up, importing
-        llvmlite, is its most expensive moment."""
+        """``idle``: the worker yields to the program — at ``URGENT_NICE`` from its first instruction
+        (its start-up, importing llvmlite, is its most expensive moment), and requests asked for in the
+        ``background`` run on a thread that gets only CPUs nothing else wants (Linux ``SCHED_IDLE``,
+        elsewhere the lowest nice value)."""
         self._python = python
         self._idle = idle
         self._start_timeout_s = start_timeout_s
@@ -163,14 +177,14 @@ class CompileWorker:
 
     def compile(self, ir: str, timeout_s: float = 60.0, *, name: str = "module", opt_level: int = 3,
                 unroll: bool = True, with_asm: bool = True, with_ir: bool = True,
-                inject: str | None = None) -> WorkerResult:
+                inject: str | None = None, background: bool = False) -> WorkerResult:
         """Compile ``ir`` to host object code in the worker (waits at most ``timeout_s``) like
         ``llvm.build_object``; the optimised IR and the assembly come back unless ``with_ir``/``with_asm``
         say no."""
         if inject is not None and inject not in INJECTIONS:
             raise ValueError(f"inject must be one of {INJECTIONS}, got {inject!r}")
         header = {"op": "compile", "name": name, "opt_level": opt_level, "unroll": unroll, "asm": with_asm,
-                  "ir": with_ir, "inject": inject}
+                  "ir": with_ir, "inject": inject, "background": background}
         t0 = time.perf_counter()
         with self._lock:
             result = self._request(header, ir.encode(), timeout_s)
@@ -178,7 +192,7 @@ class CompileWorker:
         return result
 
     def call(self, target: str, header: dict[str, Any], payload: bytes = b"", timeout_s: float = 60.0, *,
-             inject: str | None = None) -> WorkerResult:
+             inject: str | None = None, background: bool = False) -> WorkerResult:
         """Run ``target`` (``"msvm.module:function"``) in the worker on ``(header, payload)``; its answer is
         in ``reply``/``payload``, the compile times it reports (``times``) in ``times``."""
         if not target.startswith("msvm."):
@@ -187,7 +201,8 @@ class CompileWorker:
             raise ValueError(f"inject must be one of {INJECTIONS}, got {inject!r}")
         t0 = time.perf_counter()
         with self._lock:
-            request = {"op": "call", "target": target, "args": header, "inject": inject}
+            request = {"op": "call", "target": target, "args": header, "inject": inject,
+                       "background": background}
             result = self._request(request, payload, timeout_s)
         result.wall_ms = (time.perf_counter() - t0) * 1e3
         return result
@@ -205,7 +220,8 @@ class CompileWorker:
         self._stop()
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (lives as long as the process)
         package = str(Path(__file__).resolve().parents[1])
-        self._proc = subprocess.Popen([self._python, "-c", _BOOTSTRAP, package, str(int(self._idle))],
+        self._proc = subprocess.Popen([self._python, "-c", _BOOTSTRAP, package, str(int(self._idle)),
+                                       str(URGENT_NICE)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                       close_fds=True)
         self._finalizer.detach()
@@ -344,52 +360,91 @@ class CompileWorker:
 # -- the worker side ----------------------------------------------------------------------------
 
 def _serve(inp: BinaryIO, out: BinaryIO) -> None:
-    """Answer requests until stdin closes."""
-    from . import llvm
-
+    """Answer requests until stdin closes; one asked for in the background runs on an idle-priority
+    thread (``_Background``) where the worker has one."""
+    background = _Background() if os.environ.get(_IDLE_ENV) == "1" else None
     while True:
         message = read_frame(inp)
         if message is None:
             return
         header, payload = message
-        reply: dict[str, Any] = {"id": header.get("id")}
-        cpu = time.process_time()  # a compile's own CPU time: its wall time includes waiting for a CPU
-        if header.get("op") == "hello":
-            write_frame(out, {**reply, "protocol": PROTOCOL_VERSION, "target": llvm.target_identity()})
-            continue
-        if header.get("op") == "import":  # a module a later call needs, imported while the parent works
-            name = str(header.get("module", ""))
-            ok = name.startswith("msvm.") and importlib.util.find_spec(name) is not None
-            if ok:
-                importlib.import_module(name)
-            write_frame(out, {**reply, "ok": ok})
-            continue
+        if background is not None and header.get("background"):
+            head, data = background.run(lambda h=header, p=payload: _answer(h, p))
+        else:
+            head, data = _answer(header, payload)
+        write_frame(out, {**head, "id": header.get("id")}, data)
+
+
+def _answer(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+    """One request's answer: (header, payload)."""
+    from . import llvm
+
+    cpu = time.process_time()  # a compile's own CPU time: its wall time includes waiting for a CPU
+    if header.get("op") == "hello":
+        return {"protocol": PROTOCOL_VERSION, "target": llvm.target_identity()}, b""
+    if header.get("op") == "import":  # a module a later call needs, imported while the parent works
+        name = str(header.get("module", ""))
+        ok = name.startswith("msvm.") and importlib.util.find_spec(name) is not None
+        if ok:
+            importlib.import_module(name)
+        return {"ok": ok}, b""
+    try:
+        inject = header.get("inject")
+        if inject == "crash":
+            os.abort()
+        elif inject == "hang":
+            while True:
+                time.sleep(3600)
+        elif inject == "error":
+            raise RuntimeError("injected error")
+        if header.get("op") == "call":
+            answer, blocks = _run(header["target"], header.get("args", {}), payload)
+            return {**answer, "ok": True, "cpu_ms": (time.process_time() - cpu) * 1e3}, b"".join(blocks)
+        build = llvm.build_object(payload.decode(), header.get("name", "module"),
+                                  opt_level=int(header.get("opt_level", 3)),
+                                  unroll=bool(header.get("unroll", True)),
+                                  with_asm=bool(header.get("asm", True)),
+                                  with_ir=bool(header.get("ir", True)))
+    except Exception as exc:  # any failure is an answer, not a crash
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, b""
+    ir_bytes, asm_bytes = build.optimized_ir.encode(), build.asm.encode()
+    return ({"ok": True, "object_len": len(build.object_code), "ir_len": len(ir_bytes),
+             "times": build.times.as_dict(), "cpu_ms": (time.process_time() - cpu) * 1e3},
+            build.object_code + ir_bytes + asm_bytes)
+
+
+class _Background:
+    """A thread at idle priority (Linux ``SCHED_IDLE``: it runs only on a CPU nothing else wants) that runs
+    the requests asked for in the background, one at a time, while the main thread waits."""
+
+    def __init__(self) -> None:
+        self._job: tuple[Callable[[], Any], list[Any], threading.Event] | None = None
+        self._ready = threading.Condition()
+        threading.Thread(target=self._loop, name="msvm-worker-idle", daemon=True).start()
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        box: list[Any] = []
+        done = threading.Event()
+        with self._ready:
+            self._job = (fn, box, done)
+            self._ready.notify()
+        done.wait()
+        return box[0]
+
+    def _loop(self) -> None:
         try:
-            inject = header.get("inject")
-            if inject == "crash":
-                os.abort()
-            elif inject == "hang":
-                while True:
-                    time.sleep(3600)
-            elif inject == "error":
-                raise RuntimeError("injected error")
-            if header.get("op") == "call":
-                answer, blocks = _run(header["target"], header.get("args", {}), payload)
-                cpu_ms = (time.process_time() - cpu) * 1e3
-                write_frame(out, {**answer, **reply, "ok": True, "cpu_ms": cpu_ms}, b"".join(blocks))
-                continue
-            build = llvm.build_object(payload.decode(), header.get("name", "module"),
-                                      opt_level=int(header.get("opt_level", 3)),
-                                      unroll=bool(header.get("unroll", True)),
-                                      with_asm=bool(header.get("asm", True)),
-                                      with_ir=bool(header.get("ir", True)))
-        except Exception as exc:  # any failure is an answer, not a crash
-            write_frame(out, {**reply, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
-            continue
-        ir_bytes, asm_bytes = build.optimized_ir.encode(), build.asm.encode()
-        write_frame(out, {**reply, "ok": True, "object_len": len(build.object_code), "ir_len": len(ir_bytes),
-                          "times": build.times.as_dict(), "cpu_ms": (time.process_time() - cpu) * 1e3},
-                    build.object_code + ir_bytes + asm_bytes)
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # this thread only
+        except (AttributeError, OSError):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        while True:
+            with self._ready:
+                while self._job is None:
+                    self._ready.wait()
+                fn, box, done = self._job
+                self._job = None
+            box.append(fn())
+            done.set()
 
 
 def _run(target: str, args: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], list[bytes]]:
@@ -400,20 +455,20 @@ def _run(target: str, args: dict[str, Any], payload: bytes) -> tuple[dict[str, A
 
 
 # How the parent starts a worker (``python -c _BOOTSTRAP <path of msvm> <idle>``): an idle worker lowers
-# its priority first (where that is not permitted it competes at ours); the packages ``msvm`` and
-# ``msvm.native`` are entered as bare namespaces, so the worker imports llvmlite and this module only —
-# not ``msvm/__init__``, which loads the whole VM and would double the worker's start-up time (a ``call``
-# imports what its function needs, the code generator for the JIT, on first use).
+# its priority by ``URGENT_NICE`` first and runs background requests on a thread of idle priority (see
+# ``CompileWorker``); the packages ``msvm`` and ``msvm.native`` are entered as bare namespaces, so the
+# worker imports llvmlite and this module only — not ``msvm/__init__``, which loads the whole VM and
+# would double the worker's start-up time (a ``call`` imports what its function needs, the code
+# generator for the JIT, on first use).
+_IDLE_ENV = "MSVM_WORKER_IDLE"
 _BOOTSTRAP = """
 import os, sys, types
-if sys.argv[2:] == ["1"]:
+if sys.argv[2:3] == ["1"]:
+    os.environ["MSVM_WORKER_IDLE"] = "1"
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        try:
-            os.nice(19)
-        except OSError:
-            pass
+        os.nice(int(sys.argv[3]))
+    except (OSError, IndexError, ValueError):
+        pass
 for name, path in (("msvm", sys.argv[1]), ("msvm.native", sys.argv[1] + "/native")):
     package = types.ModuleType(name)
     package.__path__ = [path]

@@ -22,6 +22,7 @@ import msvm.ops as ops
 from msvm.frontend import Tensor, jit
 from msvm.msjit.cache import STATUSES
 from msvm.msjit.compiler import COMPILER
+from msvm.native.worker import URGENT_NICE
 
 
 def rand(*shape: int, seed: int = 0) -> np.ndarray:
@@ -169,8 +170,8 @@ def test_the_worker_starts_and_the_overhead_is_measured_before_the_first_compile
     assert overhead is not None and 0 < overhead < 10**7  # a few µs; 10 ms on the busiest machine
     worker = COMPILER._worker
     assert worker is not None and worker.pid is not None
-    if hasattr(os, "SCHED_IDLE"):  # compiles take only the CPU time the user's process leaves
-        assert os.sched_getscheduler(worker.pid) == os.SCHED_IDLE
+    if hasattr(os, "SCHED_IDLE"):  # it yields to the program: a bounded share of a busy core
+        assert os.getpriority(os.PRIO_PROCESS, worker.pid) == URGENT_NICE
     starts = worker.starts
     for _ in range(3):
         scale(rand(2, 16))

@@ -90,14 +90,19 @@ def test_time_waiting_for_a_cpu_does_not_count_against_the_timeout(monkeypatch) 
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
-def test_an_idle_worker_runs_at_idle_priority() -> None:
+def test_an_idle_worker_yields_to_the_program_and_runs_background_requests_at_idle_priority() -> None:
     w = CompileWorker(idle=True)
     assert w.compile(SAXPY, 60).ok
-    assert os.sched_getscheduler(w.pid) == os.SCHED_IDLE
+    assert os.sched_getscheduler(w.pid) == os.SCHED_OTHER
+    assert os.getpriority(os.PRIO_PROCESS, w.pid) == worker_module.URGENT_NICE
+    assert w.compile(SAXPY, 60, background=True).ok
+    policies = {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{w.pid}/task")}
+    assert policies == {os.SCHED_OTHER, os.SCHED_IDLE}  # the main thread, and the background one
     assert worker_module._waiting_s(w.pid) >= 0.0
     w.close()
     plain = CompileWorker()
-    assert plain.compile(SAXPY, 60).ok and os.sched_getscheduler(plain.pid) == os.SCHED_OTHER
+    assert plain.compile(SAXPY, 60, background=True).ok and os.sched_getscheduler(plain.pid) == os.SCHED_OTHER
+    assert len(os.listdir(f"/proc/{plain.pid}/task")) == 1 and os.getpriority(os.PRIO_PROCESS, plain.pid) == 0
     plain.close()
 
 
