@@ -68,8 +68,11 @@ def jit_info() -> list[dict]:
     ``naive_bytes`` (the memory plan's arena against one buffer per tensor), ``reason`` (why the
     entry was created, or why it fell back), ``interp_ms`` and ``native_ms`` (mean interpreted and
     sampled native time of the region), ``saved_ms`` (hits × (interp_ms − native_ms)), ``symbols``
-    (the cache key's symbol values; a bucket as [low, high]) and ``bounds`` (bucket upper bounds).
-    Times are None until measured.
+    (the cache key's symbol values; a bucket as [low, high]), ``bounds`` (bucket upper bounds),
+    ``tier`` (1: quick code whose optimised tier is on its way, 2: optimised), ``source`` ("compiled"
+    in this process, or "disk": loaded from the persistent code cache at its key's first run), and
+    ``hot_ns``/``native_ns`` (``time.perf_counter_ns()`` when its key got hot and when its code first
+    ran). Times are None until measured.
     """
     from .msjit import stats
 
@@ -102,6 +105,22 @@ def reset() -> None:
     from .msjit import runtime
 
     runtime.reset()
+
+
+def clear_disk_cache() -> int:
+    """Delete the persistent JIT code cache's files (``$MSVM_JIT_CACHE_DIR``, by default
+    ``$XDG_CACHE_HOME/msvm/jit``); returns how many. Code loaded from them keeps running."""
+    from .msjit import diskcache
+
+    return diskcache.clear()
+
+
+def disk_cache_info() -> dict[str, Any]:
+    """The persistent JIT code cache: ``enabled`` (``MSVM_JIT_CACHE=0`` turns it off), ``dir``, ``files``,
+    ``bytes`` and ``max_bytes`` (``ms.set_context(jit_disk_cache_max_mb=…)``)."""
+    from .msjit import diskcache
+
+    return diskcache.stats()
 
 
 def jit_monitor() -> JitMonitor:

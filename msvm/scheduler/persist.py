@@ -93,6 +93,15 @@ def save_db() -> None:
     DB.cache_state = saturated() or save(DB.snapshot())
 
 
+def save_launch_overhead(ns: int) -> str:
+    """Keep the JIT's launch overhead (``msvm.msjit.compiler``) in this host's file, the rest as it is
+    on disk. Unlike calibration it is kept from a busy machine too: it is the fastest of a few rounds,
+    which load can only lengthen, and a fresh process would otherwise compile a probe to measure it."""
+    snapshot, _ = load()
+    snapshot = snapshot or {"host_rates": None, "devices": {}}
+    return save({**snapshot, "jit": {"launch_overhead_ns": ns}})
+
+
 def saturated() -> str | None:
     """Why the machine is too busy for its measurements to be kept, or None."""
     try:
