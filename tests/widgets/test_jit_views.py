@@ -165,3 +165,25 @@ def test_line_magics_show_the_jit(ip: Any, shown: list) -> None:
     monitor.close()
     ip.run_line_magic("msvm", "reset")
     assert vm.jit_info() == []
+
+
+CONSTS = [np.full((8, 8), 0.9 + i / 100, np.float32) for i in range(30)]
+
+
+def test_the_monitor_shows_quick_code_landing_and_its_tier_up() -> None:
+    @jit
+    def chain(x: Tensor[8, 8]):
+        for c in CONSTS:  # a long loop module over small tensors: quick code first
+            x = msvm.ops.maximum(x * c + 0.1, x - 0.05)
+        return x
+
+    monitor = JITMonitor(pump=UpdatePump(None))
+    hot(chain, np.ones((8, 8), np.float32))
+    assert vm.wait_for_compiles(30)
+    monitor.refresh()
+    (entry,) = [e for e in monitor.cache if e["function"] == "chain"]
+    assert entry["tier"] == 2 and entry["source"] == "compiled"
+    kinds = [e["kind"] for e in monitor.events if e["entry"] == entry["name"]]
+    assert "installed" in kinds and "tier-up" in kinds
+    assert "tier-up" in monitor.static_text() and 'class="msvm-good"' in monitor.view.value
+    monitor.close()

@@ -16,7 +16,8 @@ from msvm import vm
 from . import theme
 from .fallback import StaticFallback
 
-COLUMNS = ("name", "function", "region", "mode", "status", "hits", "waiting", "compile_ms", "compile_cpu_ms",
+COLUMNS = ("name", "function", "region", "mode", "status", "tier", "source", "hits", "waiting", "compile_ms",
+           "compile_cpu_ms",
            "interp_ms", "native_ms", "saved_ms", "code_bytes", "code_from", "planned_bytes", "naive_bytes",
            "reason")
 KINDS = ("bytecode", "llvm", "llvm-opt", "asm")

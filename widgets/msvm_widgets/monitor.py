@@ -23,8 +23,10 @@ from .pump import UpdatePump, default_pump
 
 QUEUE_COLUMNS = ("name", "function", "region", "mode", "symbols", "reason")
 ACTIVE_COLUMNS = ("name", "function", "region", "phase", "phase_ms")
-CACHE_COLUMNS = ("name", "function", "mode", "status", "hits", "waiting", "compile_ms", "saved_ms", "reason")
-EVENT_COLUMNS = ("seq", "time", "kind", "entry", "phase", "status", "reason")
+CACHE_COLUMNS = ("name", "function", "mode", "status", "tier", "source", "hits", "waiting", "compile_ms",
+                 "saved_ms", "reason")
+EVENT_COLUMNS = ("seq", "time", "kind", "entry", "phase", "tier", "status", "reason")
+GOOD_EVENTS = ("installed", "tier-up", "loaded")  # code landed: compiled, optimised, or from disk
 RECENT_EVENTS = 12
 
 
@@ -35,6 +37,11 @@ def _event_row(event: dict) -> dict:
         stamp = row["time"]
         row["time"] = time.strftime("%H:%M:%S", time.localtime(stamp)) + f".{int(stamp * 1000) % 1000:03d}"
     return row
+
+
+def _event_class(event: dict) -> str:
+    kind = event.get("kind")
+    return "msvm-bad" if kind == "fallback" else "msvm-good" if kind in GOOD_EVENTS else ""
 
 
 class JITMonitor(StaticFallback, widgets.VBox):
@@ -107,7 +114,7 @@ class JITMonitor(StaticFallback, widgets.VBox):
             (f"Active compiles ({len(self.active)})", self.active, ACTIVE_COLUMNS, []),
             (f"Cache ({len(self.cache)})", self.cache, CACHE_COLUMNS, [status_class(e) for e in self.cache]),
             ("Recent events", self.events, EVENT_COLUMNS,
-             ["msvm-bad" if e.get("kind") == "fallback" else "" for e in self.events]),
+             [_event_class(e) for e in self.events]),
         ]
 
     def static_html(self) -> str:
