@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-SUITES = ("interpreter", "ops_variants", "network", "codegen", "workloads")
+SUITES = ("interpreter", "ops_variants", "network", "codegen", "workloads", "delivery")
 
 
 def main(argv: list[str]) -> int:

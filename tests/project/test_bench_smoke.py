@@ -56,3 +56,19 @@ def test_steady_medians_are_taken_after_every_engine_ran_with_the_jit_warm_again
     # stream totals: a median of runs taken in turns, each from a fresh function and an empty cache
     assert all(len(r.stream_totals) == STREAM_ROUNDS for r in runs)
     assert all(r.stream_total == statistics.median(r.stream_totals) for r in runs)
+
+
+def test_the_delivery_loop_child_reaches_native_code_in_a_fresh_process(tmp_path):
+    """``python -m bench delivery``'s loop child, run as the suite runs it (a fresh process, an empty JIT
+    cache dir, one JSON line back): W6's loop that never waits still gets its native code."""
+    from bench.delivery import run_child
+
+    result = run_child({"kind": "loop", "workload": "W6", "mode": "exact", "limit_s": 12.0,
+                        "after_native": 20, "window_s": 0.2}, cache_dir=str(tmp_path), timeout_s=60)
+    assert "error" not in result, result
+    for key in ("calls", "first_call_ns", "interp_median_ns", "native_median_ns", "during_median_ns",
+                "window_median_ns", "latency_ns", "calls_before_native", "hits", "cache"):
+        assert key in result
+    assert result["hits"] > 0 or result["latency_ns"] is not None, result  # the loop ran native code
+    assert result["calls_before_native"] is not None and result["calls"] > result["calls_before_native"]
+    assert result["cache"]["entries"] >= 1
