@@ -15,6 +15,13 @@ Phases, each timed and visible (``phase_ms``, monitor ``phase`` events, trace ev
 the code generator's own phases, ``worker`` (the round trip to the worker beyond its own phases) and
 ``install`` (the hot-patch).
 
+Tiers and the disk: an entry whose quick code (tier 1, ``codegen.region``) installed is queued again
+(``Entry.tier_up``) for its optimised tier, after every first compile and once the quick code has run
+``TIER_UP_HITS`` times; its request runs in the background, on the worker's idle thread, and the
+hot-patch replaces the quick launcher. Before asking the worker, a compile looks in the persistent code
+cache (``diskcache``), and what the worker answers is kept there (the optimised tier replacing the
+quick one): another process may have compiled the key since this one first saw it.
+
 Why some entries wait: an exact key that got hot in a region whose keys churn (more distinct keys
 than ``jit_adaptive_budget``) may never come back — W3's stream runs 85 lengths in 100 calls, and its
 exact mode compiled the two lengths seen three times for nothing, 5–9 % of the stream's time. Such an
@@ -27,13 +34,10 @@ its decoration — has the compiler thread start the worker at once and ready wh
 this process, and know the *launch overhead* of native code (``launch_overhead_ns``), below which no
 region is worth compiling: measured once per host by compiling a one-op probe region and timing its
 calls, then kept in the capability DB's on-disk cache (the probe cost a fresh process's first
-compile 0.2–0.3 s of queueing). The worker runs at idle priority (``SCHED_IDLE``): it takes only
-CPU time the user's process leaves, and a kernel's helper thread waking up preempts it at once —
-at nice 10 it kept its time slice, and a 2-thread kernel waited for its straggling helper (W1 batch-16
-calls while a worker started, same-run medians: 22.0 ms with no worker, 19.5 idle, 28.4 at nice 10).
-Idle priority alone starved it for good while the program called OpenBLAS in a loop (its threads
-spin between calls), and a program looping on one region left it only the gaps between kernels: a
-request for code the program keeps asking for borrows a core from the program's thread pools
+compile 0.2–0.3 s of queueing). The worker yields to the program (``URGENT_NICE`` once started; see
+``msvm.native.worker``): at idle priority (``SCHED_IDLE``), as it ran before, it got no CPU while the
+program or anything else kept both cores busy. A program looping on one region still leaves it little,
+so a request for code the program keeps asking for also borrows a core from the program's thread pools
 (OpenBLAS's and the job pool) until it is answered — at once when the program is hot on it
 (``HOT_CALLS`` interpreted runs since it was queued, most of its region's: ``HOT_SHARE``), after
 ``STARVED_S`` when it asks now and then.
