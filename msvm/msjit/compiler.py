@@ -190,6 +190,7 @@ class CompilerThread:
         self._warm = "cold"  # -> "pending" (prestart asked for it) -> "warming" -> "done"
         self._flush = 0  # threads in wait_idle: deferred entries compile now (``Entry.deferred``)
         self._told: set[str] = set()  # deferred entries whose "deferred" event is out
+        self._preloads: deque[Any] = deque()  # regions whose code is on disk, to load before they run
         self.launch_overhead_ns: int | None = None  # a native region call's fixed cost, once measured
         EVENTS.wake = self.wake
 
@@ -208,12 +209,14 @@ class CompilerThread:
             self._start()
             self._cv.notify_all()
 
-    def prestart(self) -> None:
-        """Start the compile worker and measure the launch overhead now, in the background (once)."""
+    def prestart(self, regions: list[Any] = ()) -> None:
+        """Start the compile worker and measure the launch overhead now, in the background (once), and
+        have ``regions`` (a function being prepared) load what the persistent code cache holds for
+        them (``RegionRuntime.load_from_disk``) before their first run."""
         with self._cv:
-            if self._warm != "cold":
-                return
-            self._warm = "pending"
+            self._preloads.extend(r for r in regions if diskcache.known(r))
+            if self._warm == "cold":
+                self._warm = "pending"
             self._start()
             self._cv.notify_all()
 
@@ -229,7 +232,7 @@ class CompilerThread:
                 self._flush -= 1
 
     def _idle(self) -> bool:
-        return not self._queue and not self._busy and self._warm != "pending"
+        return not self._queue and not self._busy and self._warm != "pending" and not self._preloads
 
     def reset(self) -> None:
         """Forget queued entries (a compile in flight finishes, but its region no longer installs it) and
@@ -262,14 +265,20 @@ class CompilerThread:
 
         while True:
             with self._cv:
-                idle = not self._queue and not EVENTS.has_pending and self._warm != "pending"
+                idle = (not self._queue and not EVENTS.has_pending and self._warm != "pending"
+                        and not self._preloads)
                 if idle and not self._cv.wait(_IDLE_TICK_S):
                     self._sample()
                 warm = self._warm == "pending"
                 if warm:
                     self._warm = "warming"
-                waiting = list(self._queue) if not warm else []
-                self._busy = warm or bool(waiting)
+                preload = self._preloads.popleft() if self._preloads and not warm else None
+                waiting = list(self._queue) if not warm and preload is None else []
+                self._busy = warm or preload is not None or bool(waiting)
+            if preload is not None:
+                with _quick_gil_handoffs():
+                    self._load_from_disk(preload)
+                continue
             entry = self._take(waiting)
             EVENTS.dispatch()
             if not warm and entry is None:
@@ -346,7 +355,8 @@ class CompilerThread:
                     module, name, bounds = region.build(entry)
                     entry.module, entry.bounds = module, bounds
             module, name, bounds = entry.module, entry.module.functions[0].name, entry.bounds
-            found = None if tier_up or self._backend is not None else diskcache.load(entry, module, bounds)
+            found = (None if tier_up or self._backend is not None
+                     else diskcache.load(region, entry.cache_key, module, bounds))
             t0 = time.perf_counter_ns()
             with self._phase(entry, "compile", record=False):
                 if found is not None:
@@ -415,6 +425,18 @@ class CompilerThread:
         return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
                        via_worker=client, bounds=bounds or None, share=self._share, tier=tier)
 
+    def _load_from_disk(self, region: Any) -> None:
+        try:
+            region.load_from_disk()
+        except Exception as exc:  # the cache failing only means compiling as before
+            EVENTS.publish("fallback", None, function=region.exe_name, region=region.region.id,
+                           reason=f"loading code from the persistent code cache failed: {exc}")
+        finally:
+            EVENTS.dispatch()
+            with self._cv:
+                self._busy = False
+                self._cv.notify_all()
+
     def _warm_up(self) -> None:
         """Start the worker, and have everything a first compile or disk load needs here ready: the code
         generator's modules, LLVM, the capability DB, the code cache's keys. The launch overhead comes
@@ -428,7 +450,10 @@ class CompilerThread:
 
         t0 = time.perf_counter_ns()
         client = self._client(None, self._queue_asked, None)
-        client.prestart(preload="msvm.msjit.codegen.region")  # its import overlaps this thread's
+        if self._preloads:  # its code is on disk: the worker starts when a compile needs it
+            DB.ensure_loaded()
+        if not self._preloads or DB.jit_launch_overhead_ns is None:
+            client.prestart(preload="msvm.msjit.codegen.region")  # its import overlaps this thread's
         from .codegen import compile_region
 
         try:

@@ -30,7 +30,6 @@ import os
 import platform
 import struct
 import threading
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -79,19 +78,22 @@ def host() -> str:
             lines = [line for line in f.read(1 << 16).splitlines()
                      if line.startswith(("model name", "flags", "Features", "CPU part"))]
         cpu = "\n".join(dict.fromkeys(lines))
-    try:
-        llvmlite = metadata.version("llvmlite")
-    except metadata.PackageNotFoundError:
-        llvmlite = "?"
-    return f"{platform.machine()}\n{platform.system()}\n{cpu}\n{llvmlite}"
+    import llvmlite  # its version only: not llvmlite.binding (importlib.metadata cost 0.3 s here)
+
+    return f"{platform.machine()}\n{platform.system()}\n{cpu}\n{llvmlite.__version__}"
+
+
+def _prefix(region: Any) -> str:
+    """What names every file of ``region`` (a ``runtime.RegionRuntime``): the part before the key's."""
+    settings = region.settings
+    key = [FORMAT, code_version(), host(), region.exe_name, region.region.start, region.digest,
+           settings.cache_mode, settings.mem_optimize]
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
 
 
 def file_name(region: Any, cache_key: tuple) -> str:
-    """The file of the code of ``region`` (a ``runtime.RegionRuntime``) for ``cache_key``."""
-    settings = region.settings
-    key = [FORMAT, code_version(), host(), region.exe_name, region.region.start, region.digest,
-           settings.cache_mode, repr(cache_key), settings.mem_optimize]
-    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:40] + SUFFIX
+    """The file of the code of ``region`` for ``cache_key``."""
+    return f"{_prefix(region)}-{hashlib.sha256(repr(cache_key).encode()).hexdigest()[:16]}{SUFFIX}"
 
 
 def _names(where: Path) -> set[str]:
@@ -111,6 +113,36 @@ def has(region: Any, cache_key: tuple) -> bool:
     return enabled() and file_name(region, cache_key) in _names(folder())
 
 
+def known(region: Any) -> bool:
+    """Does the persistent code cache have any file of ``region``? (A look at the folder's names.)"""
+    if not enabled():
+        return False
+    prefix = _prefix(region) + "-"
+    return any(n.startswith(prefix) for n in list(_names(folder())))
+
+
+def keys(region: Any) -> list[tuple[tuple, tuple]]:
+    """(cache key, run-time key) of every sealed file ``region`` has, so that a function being prepared
+    can load its code before its first call."""
+    if not enabled():
+        return []
+    where = folder()
+    prefix = _prefix(region) + "-"
+    found = []
+    for name in sorted(n for n in list(_names(where)) if n.startswith(prefix)):
+        read = _read(where / name)
+        if read is not None:
+            head = read[0]
+            with contextlib.suppress(KeyError, TypeError):
+                found.append((_tuple(head["cache_key"]), _tuple(head["key"])))
+    return found
+
+
+def _tuple(value: Any) -> Any:
+    """A key as JSON gave it back: its lists were tuples."""
+    return tuple(_tuple(v) for v in value) if isinstance(value, list) else value
+
+
 def _content(module: Module, bounds: dict[str, int] | None) -> dict[str, Any]:
     """What the code was made from, compared before it is loaded."""
     from ..native.llvm import target_identity
@@ -121,30 +153,37 @@ def _content(module: Module, bounds: dict[str, int] | None) -> dict[str, Any]:
             "gemm": gemm_entries(module)}
 
 
-def load(entry: Entry, module: Module, bounds: dict[str, int] | None
+def _read(path: Path) -> tuple[dict[str, Any], bytes] | None:
+    """(header, payload) of a sealed file of ours, or None."""
+    body = read_sealed(path)
+    if body is None:
+        return None
+    try:
+        (n,) = _HEAD.unpack_from(body)
+        head = json.loads(body[_HEAD.size:_HEAD.size + n])
+    except (ValueError, struct.error):
+        return None
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        return None
+    return head, body[_HEAD.size + n:]
+
+
+def load(region: Any, cache_key: tuple, module: Module, bounds: dict[str, int] | None
          ) -> tuple[dict[str, Any], bytes] | None:
-    """The worker's answer kept for ``entry`` (compiled from ``module`` with ``bounds``), or None when
-    there is none or it does not check (then the next compile replaces it)."""
+    """The worker's answer kept for ``region``'s ``cache_key`` (compiled from ``module`` with ``bounds``),
+    or None when there is none or it does not check (then the next compile replaces it)."""
     if not enabled():
         return None
     where = folder()
-    path = where / file_name(entry.owner, entry.cache_key)
+    path = where / file_name(region, cache_key)
     if path.name not in _names(where):
         return None
-    body = read_sealed(path)
-    try:
-        if body is None:
-            raise ValueError("unsealed")
-        (n,) = _HEAD.unpack_from(body)
-        head = json.loads(body[_HEAD.size:_HEAD.size + n])
-        if head.get("format") != FORMAT or head.get("content") != _content(module, bounds):
-            raise ValueError("made from something else")
-        reply = head["reply"]
-    except (ValueError, KeyError, TypeError, struct.error):
+    read = _read(path)
+    if read is None or read[0].get("content") != _content(module, bounds) or "reply" not in read[0]:
         return None
     with contextlib.suppress(OSError):
         os.utime(path)  # recently used: evicted last
-    return reply, body[_HEAD.size + n:]
+    return read[0]["reply"], read[1]
 
 
 def store(entry: Entry, module: Module, bounds: dict[str, int] | None, reply: dict[str, Any],
@@ -153,8 +192,11 @@ def store(entry: Entry, module: Module, bounds: dict[str, int] | None, reply: di
     if not enabled():
         return False
     where = folder()
-    head = json.dumps({"format": FORMAT, "entry": entry.name, "content": _content(module, bounds),
-                       "reply": reply}).encode()
+    try:
+        head = json.dumps({"format": FORMAT, "entry": entry.name, "cache_key": entry.cache_key,
+                           "key": entry.key, "content": _content(module, bounds), "reply": reply}).encode()
+    except (TypeError, ValueError):  # a key of something JSON does not hold: not kept
+        return False
     path = where / file_name(entry.owner, entry.cache_key)
     if not write_sealed(path, _HEAD.pack(len(head)) + head + payload, keep=1 << 30, suffix=SUFFIX):
         return False
@@ -217,5 +259,5 @@ def stats() -> dict[str, Any]:
             "max_bytes": CONTEXT.jit_disk_cache_max_mb << 20}
 
 
-__all__ = ["clear", "code_version", "enabled", "file_name", "folder", "forget", "has", "load", "stats",
-           "store"]
+__all__ = ["clear", "code_version", "enabled", "file_name", "folder", "forget", "has", "keys", "known",
+           "load", "stats", "store"]

@@ -326,8 +326,6 @@ class RegionRuntime:
         """The first run of a key whose code an earlier process left in the persistent code cache: load
         and install it now, so that this very run is native (lock held). When the file does not check,
         the key compiles at once instead — it was hot before."""
-        from .codegen.region import load_region
-
         entry = self._entry(cache_key, state, key, "loaded from the persistent code cache at its first run")
         if entry is None:
             return None
@@ -335,8 +333,7 @@ class RegionRuntime:
         try:
             module, _, bounds = self.build(entry)
             entry.module, entry.bounds = module, bounds
-            found = diskcache.load(entry, module, bounds)
-            compiled = load_region(*found, module, entry.name) if found is not None else None
+            compiled = _loaded(self, cache_key, module, bounds, entry.name)
         except Exception as exc:  # a file that does not fit is never the user's problem
             compiled = None
             entry.reason = f"the persistent code cache's file did not load ({type(exc).__name__}: {exc})"
@@ -344,13 +341,48 @@ class RegionRuntime:
             entry.reason += "; compiled again" if "did not load" in entry.reason else ""
             COMPILER.submit(entry)
             return None
+        self._adopt(entry, compiled, t0)
+        return entry.launcher
+
+    def _adopt(self, entry: Entry, compiled: Any, t0: int) -> None:
+        """Install code loaded from disk for ``entry`` (lock held)."""
         entry.source, entry.judged = "disk", True  # it was judged, and kept, where it was compiled
         entry.compile_ms = (time.perf_counter_ns() - t0) / 1e6
         entry.phase_ms["disk"] = entry.compile_ms
         self._install(entry, compiled)
         EVENTS.publish("loaded", entry.name, function=self.exe_name, region=self.region.id, tier=entry.tier,
                        ms=entry.compile_ms)
-        return entry.launcher
+
+    def load_from_disk(self) -> int:
+        """Load and install the code the persistent code cache has for this region's keys, before any
+        run asks for them (the compiler thread, when the function is prepared); returns how many. A
+        file that does not check is left alone: its key compiles if it gets hot."""
+        if self.policy.mode == "adaptive":
+            return 0  # its cache keys depend on buckets learned from this process's keys
+        loaded = 0
+        for cache_key, key in diskcache.keys(self):
+            t0 = time.perf_counter_ns()
+            specs, scalars, bounds = self.policy.parameters(cache_key, key)
+            try:
+                module = build_function(self.region, self.io, self.info, self.module, specs, scalars,
+                                        f"{self.exe_name}_region{self.region.id}")
+                compiled = _loaded(self, cache_key, module, bounds, "preload")
+            except Exception:
+                continue
+            if compiled is None:
+                continue
+            with self.lock:
+                cache_key_now, state = self._state(key)
+                if cache_key_now != cache_key or state.entry is not None or state.rejected:
+                    continue
+                entry = self._entry(cache_key, state, key, "loaded from the persistent code cache when its "
+                                    "function was prepared")
+                if entry is None:
+                    break
+                entry.module, entry.bounds = module, bounds
+                self._adopt(entry, compiled, t0)
+            loaded += 1
+        return loaded
 
     def _too_small(self, keys: Iterable[tuple]) -> str | None:
         """Why native code cannot beat the interpreter on ``keys``: their fastest interpreted run is
@@ -504,6 +536,15 @@ class RegionRuntime:
                               f"jk{n} = {self.plan.key_expr()}", n)
 
 
+def _loaded(region: RegionRuntime, cache_key: tuple, module: Any, bounds: dict[str, int], name: str
+            ) -> Any | None:
+    """The code the persistent code cache holds for ``region``'s ``cache_key``, loaded; None if none."""
+    from .codegen.region import load_region
+
+    found = diskcache.load(region, cache_key, module, bounds)
+    return load_region(*found, module, name) if found is not None else None
+
+
 def make_launcher(fn: Callable, entry: Entry, keep: tuple[int, ...], total: int,
                   sampled: Callable[[Entry, tuple, int], None], timed: bool = False) -> Callable:
     """The callable the jump table holds: counts hits, samples native time, maps refusals to GuardMiss.
@@ -580,7 +621,7 @@ class FunctionJit:
             self.runtimes.append(rt)
             self.dispatch.append(rt.dispatch(steps_by_ins))
         if self.runtimes and CONTEXT.jit_enabled:
-            COMPILER.prestart()  # the worker starts while this function's first calls run
+            COMPILER.prestart(self.runtimes)  # the worker starts while this function's first calls run
 
 
 

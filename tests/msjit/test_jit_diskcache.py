@@ -198,7 +198,7 @@ def test_two_writers_of_one_key_leave_a_good_file(own_cache: Path) -> None:
     for t in threads:
         t.join()
     assert [p.name for p in own_cache.iterdir() if p.name != ".seal"] == [the_file(own_cache).name]
-    assert diskcache.load(entry, entry.module, entry.bounds) == wire
+    assert diskcache.load(entry.owner, entry.cache_key, entry.module, entry.bounds) == wire
 
 
 def test_two_processes_compiling_one_key_at_once_both_end_with_a_good_file(own_cache: Path) -> None:
@@ -229,7 +229,7 @@ def test_a_load_marks_its_file_used(own_cache: Path) -> None:
     path = the_file(own_cache)
     os.utime(path, (1000, 1000))
     (entry,) = [e for e in CACHE.all() if e.function == "affine"]
-    assert diskcache.load(entry, entry.module, entry.bounds) is not None
+    assert diskcache.load(entry.owner, entry.cache_key, entry.module, entry.bounds) is not None
     assert path.stat().st_mtime > 1000
 
 
@@ -285,3 +285,24 @@ def test_the_compiler_thread_loads_a_file_written_after_the_key_was_first_seen(o
     assert ms.vm.wait_for_compiles(60)
     (entry,) = [e for e in ms.vm.jit_info() if e["function"] == "affine"]
     assert entry["source"] == "disk" and "disk" in entry["phase_ms"] and started() == 1
+
+
+def make_affine():
+    @jit
+    def affine_again(x: Tensor["N", 8]):
+        return ops.relu(x * 3.0 + 1.0) - x
+
+    return affine_again
+
+
+def test_a_function_being_prepared_loads_its_code_from_disk_before_its_first_call(own_cache: Path) -> None:
+    x = np.ones((5, 8), np.float32)
+    compiled(make_affine(), x)
+    ms.vm.reset()
+    again = make_affine()  # decorated: its region's files are loaded in the background
+    assert ms.vm.wait_for_compiles(60)
+    (entry,) = [e for e in ms.vm.jit_info() if e["function"] == "affine_again"]
+    assert entry["source"] == "disk" and entry["hits"] == 0 and entry["status"] == "compiled"
+    np.testing.assert_allclose(again(x), again.py_func(x))
+    (entry,) = [e for e in ms.vm.jit_info() if e["function"] == "affine_again"]
+    assert entry["hits"] == 1 and started() == 0
