@@ -83,6 +83,7 @@ GIL_SWITCH_S = 0.0002  # the GIL switch interval while the compiler thread works
 _WANTED_POLL_S = 0.02
 _IDLE_TICK_S = 1.0  # how often an idle compiler samples the hit rate for the monitor
 _DEFER_POLL_S = 0.01  # how often a compiler with only deferred entries looks again
+_TIER_POLL_S = 0.1  # ... when they are all tier-ups: nothing waits for those, and their key may be gone
 _PROBE_ROUNDS, _PROBE_CALLS = 5, 20  # launch overhead: the fastest round's mean time per call
 
 
@@ -287,7 +288,8 @@ class CompilerThread:
                         self._busy = False
                         self._cv.notify_all()
                         if self._queue:
-                            self._cv.wait(_DEFER_POLL_S)
+                            tier_ups = all(e.tier_up for e in self._queue)
+                            self._cv.wait(_TIER_POLL_S if tier_ups else _DEFER_POLL_S)
                 continue
             POOL.share_gaps(True)  # the worker lives on the gaps between the program's jobs
             try:
