@@ -332,6 +332,8 @@ class Entry:
     judged: bool = False  # compared with the interpreter and kept
     tier: int | None = None  # 1: quick code, its optimised tier queued (``tier_up``); 2: optimised
     tier_up: bool = False  # queued again for its optimised tier
+    quick: Any = field(default=None, repr=False)  # its quick code and runs, until its optimised tier proves
+    # at least as fast (``runtime.RegionRuntime.sampled``)
     source: str | None = None  # where its code came from: "compiled" (this process) or "disk"
     hot_ns: int = field(default_factory=time.perf_counter_ns)  # when its key got hot (or was loaded)
     native_ns: int | None = None  # when its code first ran

@@ -247,6 +247,8 @@ class RegionRuntime:
             runs.append(ns)
             if len(runs) > _NATIVE_SAMPLES:
                 del runs[0]
+            if entry.quick is not None and len(runs) >= _JUDGE_RUNS:
+                self._tier_check(entry, key, runs)
             if (POLICY.demote and not entry.judged and entry.judging is None and len(runs) >= _JUDGE_RUNS
                     and entry.tier != 1):  # quick code is not judged: its optimised tier will be
                 self._suspect(entry, key)
@@ -394,6 +396,25 @@ class RegionRuntime:
         return (f"interpreted {format_ns(min(runs))} is below the {format_ns(overhead)} launch overhead of "
                 "native code; it stays interpreted")
 
+    def _tier_check(self, entry: Entry, key: tuple, runs: list[int]) -> None:
+        """A tier-up must never make a call slower: once the optimised code has a few runs at a key its
+        quick code ran at, it stays only if its fastest run is within ``_DEMOTE_MARGIN`` of the quick
+        code's; otherwise the quick code comes back, for good (lock held)."""
+        quick, quick_runs = entry.quick
+        before = quick_runs.get(key)
+        if before is None or len(before) < _JUDGE_RUNS:
+            if len(entry.native) > len(quick_runs):  # the optimised code ran at keys the quick one never did
+                entry.quick = None
+            return
+        entry.quick = None
+        if min(runs) <= min(before) * _DEMOTE_MARGIN:
+            return
+        reason = (f"its optimised tier ran {format_ns(min(runs))} against the quick code's "
+                  f"{format_ns(min(before))}: the quick code stays")
+        self._install(entry, quick)
+        diskcache.forget(entry)  # it holds the optimised code: a later process compiles and checks afresh
+        EVENTS.publish("tier-down", entry.name, function=self.exe_name, region=self.region.id, reason=reason)
+
     def _suspect(self, entry: Entry, key: tuple) -> None:
         """``key`` has enough native runs: keep the entry when they beat the interpreted runs seen
         before, else start alternating interpreted and native runs at ``key`` (lock held)."""
@@ -469,6 +490,8 @@ class RegionRuntime:
         keep = (*range(n_tensors), *(n_tensors + j for j, v in enumerate(scalars) if isinstance(v, str)))
         total = n_tensors + len(scalars)
         old = entry.launcher
+        if old is not None and entry.tier == 1 and compiled.tier == 2:
+            entry.quick = (entry.compiled, {k: list(v) for k, v in entry.native.items()})
         entry.compiled = compiled
         entry.tier = compiled.tier
         entry.launcher = make_launcher(compiled.fn, entry, keep, total, self.sampled)

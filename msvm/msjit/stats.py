@@ -26,7 +26,8 @@ class JitEvent:
     # buckets, guard, warm (the worker started and the launch overhead measured), core-lent and
     # core-returned (a starved compile borrowed a core of the program's thread pools), deferred (an exact
     # key of a region whose keys churn waits until it is asked for again or the program pauses), tier-up
-    # (an entry's optimised tier replaced its quick code), loaded (code from the persistent code cache)
+    # (an entry's optimised tier replaced its quick code), tier-down (the optimised tier ran slower: the
+    # quick code is back), loaded (code from the persistent code cache)
     entry: str | None  # the entry's name, when the event is about one
     data: dict[str, Any] = field(default_factory=dict)
 

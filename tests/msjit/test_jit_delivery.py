@@ -147,3 +147,50 @@ def test_the_launch_overhead_is_measured_once_per_host_and_kept(tmp_path) -> Non
     second = loop_child("exact", tmp_path)["warm"]
     assert len(first) == 1 and len(second) == 1 and second[0].get("cached") is True
     assert second[0]["launch_overhead"]
+
+
+def test_an_optimised_tier_slower_than_the_quick_code_gives_way_to_it() -> None:
+    """A tier-up never makes a call slower: optimised code whose runs are slower than the quick code's at
+    the same key is replaced by the quick code again, for good."""
+    import dataclasses
+    import time
+
+    from msvm.msjit.codegen import compile_region
+    from msvm.msjit.compiler import COMPILER
+
+    def backend(*args, **kwargs):
+        compiled = compile_region(*args, **kwargs)
+        if compiled.tier == 2:
+            fast = compiled.fn
+
+            def slow(*a):
+                time.sleep(0.002)
+                return fast(*a)
+
+            compiled = dataclasses.replace(compiled, fn=slow)
+        return compiled
+
+    x = np.random.default_rng(2).standard_normal((8, 8)).astype(np.float32)
+    want = interpreted(x)
+    COMPILER._use_backend(backend)
+    try:
+        for _ in range(3):
+            chain(x)
+        entry = the_entry()
+        for _ in range(200_000):
+            if entry.status == "compiled":
+                break
+            chain(x)
+        assert entry.tier == 1
+        for _ in range(TIER_UP_HITS):
+            chain(x)  # the quick code's runs, timed
+        assert ms.vm.wait_for_compiles(60) and entry.tier == 2
+        for _ in range(3):
+            np.testing.assert_allclose(chain(x), want, rtol=1e-5, atol=1e-6)
+    finally:
+        COMPILER._use_backend(None)
+    kinds = [e["kind"] for e in ms.vm.jit_monitor().events() if e["entry"] == entry.name]
+    assert kinds[-2:] == ["tier-up", "tier-down"] and entry.tier == 1
+    for _ in range(3):
+        np.testing.assert_allclose(chain(x), want, rtol=1e-5, atol=1e-6)
+    assert ms.vm.wait_for_compiles(60) and entry.tier == 1  # and it never tiers up again
