@@ -79,7 +79,7 @@ STARVED_S = 0.5
 WANTED_CALLS = 2
 HOT_CALLS = 8
 HOT_SHARE = 2 / 3
-GIL_SWITCH_S = 0.0002  # the GIL switch interval while the compiler thread works (``_quick_gil_handoffs``)
+GIL_SWITCH_S = 0.001  # the GIL switch interval while the compiler thread works (``_quick_gil_handoffs``)
 _WANTED_POLL_S = 0.02
 _IDLE_TICK_S = 1.0  # how often an idle compiler samples the hit rate for the monitor
 _DEFER_POLL_S = 0.01  # how often a compiler with only deferred entries looks again
@@ -131,8 +131,8 @@ def _quick_gil_handoffs() -> Iterator[None]:
     """A short GIL switch interval while this thread works. Its work here is short bursts between
     blocking calls (imports reading files, the worker's pipe, loading code), and after each it waits
     for the GIL: up to the 5 ms interval while the program runs Python (W6's 200 numpy calls), which
-    made a fresh process's warm-up 0.3 s and a load 50-70 ms. The program yields a little more often
-    meanwhile; the interval it had comes back afterwards."""
+    made a fresh process's warm-up 0.3 s and a load 50-70 ms. At 0.2 ms the program's calls ran up to
+    1.7× slower meanwhile (W6), at 1 ms 1.15×. The interval the program had comes back afterwards."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(min(before, GIL_SWITCH_S))
     try:

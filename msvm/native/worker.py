@@ -139,10 +139,9 @@ class CompileWorker:
 
     def __init__(self, *, python: str = sys.executable, start_timeout_s: float = 60.0, idle: bool = False
                  ) -> None:
-        """``idle``: the worker yields to the program — at ``URGENT_NICE`` once it has started (its
-        start-up, importing llvmlite and the code generator, is what the first compile waits for), and
-        requests asked for in the ``background`` run on a thread that gets only CPUs nothing else wants
-        (Linux ``SCHED_IDLE``, elsewhere the lowest nice value)."""
+        """``idle``: the worker yields to the program — at ``URGENT_NICE`` from its first instruction —
+        and requests asked for in the ``background`` run on a thread that gets only CPUs nothing else
+        wants (Linux ``SCHED_IDLE``, elsewhere the lowest nice value)."""
         self._python = python
         self._idle = idle
         self._start_timeout_s = start_timeout_s
@@ -221,7 +220,8 @@ class CompileWorker:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115  (lives as long as the process)
         package = str(Path(__file__).resolve().parents[1])
         env = {**os.environ, _PATH_ENV: os.pathsep.join(p for p in sys.path if p)}
-        self._proc = subprocess.Popen([self._python, "-S", "-c", _BOOTSTRAP, package, str(int(self._idle))],
+        self._proc = subprocess.Popen([self._python, "-S", "-c", _BOOTSTRAP, package, str(int(self._idle)),
+                                       str(URGENT_NICE)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                       close_fds=True, env=env)
         self._finalizer.detach()
@@ -363,16 +363,11 @@ def _serve(inp: BinaryIO, out: BinaryIO) -> None:
     """Answer requests until stdin closes; one asked for in the background runs on an idle-priority
     thread (``_Background``) where the worker has one."""
     background = _Background() if os.environ.get(_IDLE_ENV) == "1" else None
-    settle = background is not None  # start-up ran at the program's priority; the rest yields to it
     while True:
         message = read_frame(inp)
         if message is None:
             return
         header, payload = message
-        if settle and header.get("op") != "hello":
-            settle = False
-            with contextlib.suppress(OSError):
-                os.nice(URGENT_NICE)  # this thread: the one that serves what the program waits for
         if background is not None and header.get("background"):
             head, data = background.run(lambda h=header, p=payload: _answer(h, p))
         else:
@@ -459,14 +454,14 @@ def _run(target: str, args: dict[str, Any], payload: bytes) -> tuple[dict[str, A
     return getattr(importlib.import_module(module), function)(args, payload)
 
 
-# How the parent starts a worker (``python -S -c _BOOTSTRAP <path of msvm> <idle>``, the parent's
+# How the parent starts a worker (``python -S -c _BOOTSTRAP <path of msvm> <idle> <nice>``, the parent's
 # ``sys.path`` in ``MSVM_WORKER_PATH``: without ``site`` the start-up is 40 ms shorter). An idle worker
-# starts at the program's priority — its start-up is what the first compile waits for — and lowers
-# itself to ``URGENT_NICE`` once started (``_serve``), running background requests on a thread of idle
-# priority. The packages ``msvm`` and ``msvm.native`` are entered as bare namespaces, so the worker
-# imports llvmlite and this module only — not ``msvm/__init__``, which loads the whole VM and would
-# double the worker's start-up time (a ``call`` imports what its function needs, the code generator
-# for the JIT, on first use).
+# lowers its priority to ``URGENT_NICE`` first — its start-up included: at the program's priority it
+# took a third of a busy machine and the program's calls ran up to 2× slower meanwhile — and runs
+# background requests on a thread of idle priority. The packages ``msvm`` and ``msvm.native`` are
+# entered as bare namespaces, so the worker imports llvmlite and this module only — not
+# ``msvm/__init__``, which loads the whole VM and would double the worker's start-up time (a ``call``
+# imports what its function needs, the code generator for the JIT, on first use).
 _IDLE_ENV = "MSVM_WORKER_IDLE"
 _PATH_ENV = "MSVM_WORKER_PATH"
 _BOOTSTRAP = """
@@ -474,6 +469,10 @@ import os, sys, types
 sys.path[:0] = [p for p in os.environ.pop("MSVM_WORKER_PATH", "").split(os.pathsep) if p]
 if sys.argv[2:3] == ["1"]:
     os.environ["MSVM_WORKER_IDLE"] = "1"
+    try:
+        os.nice(int(sys.argv[3]))
+    except (OSError, IndexError, ValueError):
+        pass
 for name, path in (("msvm", sys.argv[1]), ("msvm.native", sys.argv[1] + "/native")):
     package = types.ModuleType(name)
     package.__path__ = [path]
