@@ -115,3 +115,26 @@ def test_a_kernel_compiled_with_its_own_pipeline_is_cached_apart(monkeypatch):
     assert builds.count == 2 and {**seen[0], **pipeline} == seen[0] and "opt_level" not in seen[1]
     assert answer(objcache.cached_library(("answer", 3), builds, "answer", pipeline)) == 42
     assert builds.count == 2  # loaded from the cache
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file away needs root")
+def test_a_file_of_another_user_is_refused_with_a_warning():
+    builds = Builds()
+    objcache.cached_library(("answer", 7), builds, "answer")
+    path = objcache.object_path(("answer", 7))
+    os.chown(path, 65534, 65534)
+    with pytest.warns(RuntimeWarning, match="owned by another user"):
+        assert answer(objcache.cached_library(("answer", 7), builds, "answer")) == 42
+    assert builds.count == 2 and path.stat().st_uid == os.geteuid()  # compiled again, and replaced
+
+
+def test_a_file_sealed_in_another_folder_is_not_loaded(tmp_path, monkeypatch):
+    """A valid file copied from another cache (another user's, another machine's) fails the seal."""
+    builds = Builds()
+    objcache.cached_library(("answer", 8), builds, "answer")
+    data = objcache.object_path(("answer", 8)).read_bytes()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other"))
+    objcache.cached_library(("answer", 8), builds, "answer")  # the other folder gets its own seal
+    objcache.object_path(("answer", 8)).write_bytes(data)
+    assert answer(objcache.cached_library(("answer", 8), builds, "answer")) == 42
+    assert builds.count == 3
