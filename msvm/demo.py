@@ -126,10 +126,10 @@ def _jit_section() -> None:
     for _ in range(JIT_CALLS):
         block(x, cut)
     entries = [e for e in vm.jit_info() if e.get("function") == "block"]
-    print(_table(("entry", "status", "hits", "compile ms", "interp ms", "native ms", "code bytes"),
-                 [(e.get("name"), e.get("status"), e.get("hits"), _ms(e.get("compile_ms")),
-                   _ms(e.get("interp_ms"), 3), _ms(e.get("native_ms"), 3), e.get("code_bytes"))
-                  for e in entries]))
+    print(_table(("entry", "status", "source", "hits", "compile ms", "interp ms", "native ms", "code bytes"),
+                 [(e.get("name"), e.get("status"), e.get("source") or "-", e.get("hits"),
+                   _ms(e.get("compile_ms")), _ms(e.get("interp_ms"), 3), _ms(e.get("native_ms"), 3),
+                   e.get("code_bytes")) for e in entries]))
     rate, avg = vm.get_jit_hit_rate(), vm.get_avg_compile_time()
     print(f"    hit rate {rate:.2f}, average compile time {_ms(avg)} ms")
 

@@ -377,10 +377,6 @@ class CompilerThread:
             if found is None:
                 worker = max(0.0, wall_ms - sum(phases.values()))
                 entry.phase_ms["tier2 worker" if tier_up else "worker"] = worker
-            entry.code_bytes = compiled.code_bytes
-            entry.code_from = compiled.code_from
-            entry.planned_bytes = compiled.lowered.planned_bytes
-            entry.naive_bytes = compiled.lowered.naive_bytes
             with self._phase(entry, "install"):
                 installed = region.install(entry, compiled)
         except Exception as exc:  # any failure of a compile is a fallback, never the user's problem

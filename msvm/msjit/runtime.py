@@ -494,6 +494,8 @@ class RegionRuntime:
             entry.quick = (entry.compiled, {k: list(v) for k, v in entry.native.items()})
         entry.compiled = compiled
         entry.tier = compiled.tier
+        entry.code_bytes, entry.code_from = compiled.code_bytes, compiled.code_from
+        entry.planned_bytes, entry.naive_bytes = compiled.lowered.planned_bytes, compiled.lowered.naive_bytes
         entry.launcher = make_launcher(compiled.fn, entry, keep, total, self.sampled)
         entry.timed = make_launcher(compiled.fn, entry, keep, total, self.sampled, timed=True)
         entry.status = "compiled"
