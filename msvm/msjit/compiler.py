@@ -357,24 +357,21 @@ class CompilerThread:
                     module, name, bounds = region.build(entry)
                     entry.module, entry.bounds = module, bounds
             module, name, bounds = entry.module, entry.module.functions[0].name, entry.bounds
-            found = (None if tier_up or self._backend is not None
-                     else diskcache.load(region, entry.cache_key, module, bounds))
             t0 = time.perf_counter_ns()
             with self._phase(entry, "compile", record=False):
-                if found is not None:
-                    from .codegen.region import load_region
-
-                    compiled = load_region(*found, module, entry.name)
-                else:
+                compiled = (None if tier_up or self._backend is not None
+                            else diskcache.load_code(region, entry.cache_key, module, bounds, entry.name))
+                found = compiled is not None
+                if compiled is None:
                     compiled = self._compile_region(module, name, entry, bounds, fault, 2 if tier_up else 1)
             wall_ms = (time.perf_counter_ns() - t0) / 1e6
             phases = {f"tier2 {k}" if tier_up else k: v for k, v in compiled.phase_ms.items()}
-            if found is not None:
+            if found:
                 phases = {"disk": wall_ms}
             for phase, ms in phases.items():
                 entry.phase_ms[phase] = ms
                 EVENTS.publish("phase", entry.name, phase=phase, ms=ms)
-            if found is None:
+            if not found:
                 worker = max(0.0, wall_ms - sum(phases.values()))
                 entry.phase_ms["tier2 worker" if tier_up else "worker"] = worker
             with self._phase(entry, "install"):
@@ -394,8 +391,8 @@ class CompilerThread:
             entry.compile_cpu_ms = (time.thread_time() - cpu) * 1e3 + compiled.worker_cpu_ms
         if not installed:
             return
-        entry.source = "disk" if found is not None else "compiled"
-        if found is None and compiled.wire is not None and (compiled.tier == 2 or not diskcache.has(
+        entry.source = "disk" if found else "compiled"
+        if not found and compiled.wire is not None and (compiled.tier == 2 or not diskcache.has(
                 region, entry.cache_key)):
             diskcache.store(entry, module, bounds, *compiled.wire)
         if tier_up:

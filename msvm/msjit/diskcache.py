@@ -186,6 +186,19 @@ def load(region: Any, cache_key: tuple, module: Module, bounds: dict[str, int] |
     return read[0]["reply"], read[1]
 
 
+def load_code(region: Any, cache_key: tuple, module: Module, bounds: dict[str, int] | None, name: str
+              ) -> Any | None:
+    """``load``'s answer as code of this process (a ``codegen.region.CompiledRegion``); None when there
+    is none, or when it does not load — then it is compiled again, and the new code replaces it."""
+    from .codegen.region import load_region
+
+    try:
+        found = load(region, cache_key, module, bounds)
+        return load_region(*found, module, name) if found is not None else None
+    except Exception:  # a file that does not fit is compiled over, never an entry's fallback
+        return None
+
+
 def store(entry: Entry, module: Module, bounds: dict[str, int] | None, reply: dict[str, Any],
           payload: bytes) -> bool:
     """Keep the worker's answer for ``entry``; False when the cache is off or the folder refuses it."""
@@ -260,4 +273,4 @@ def stats() -> dict[str, Any]:
 
 
 __all__ = ["clear", "code_version", "enabled", "file_name", "folder", "forget", "has", "keys", "known",
-           "load", "stats", "store"]
+           "load", "load_code", "stats", "store"]

@@ -334,15 +334,14 @@ class RegionRuntime:
         t0 = time.perf_counter_ns()
         try:
             module, _, bounds = self.build(entry)
-            entry.module, entry.bounds = module, bounds
-            compiled = _loaded(self, cache_key, module, bounds, entry.name)
-        except Exception as exc:  # a file that does not fit is never the user's problem
-            compiled = None
-            entry.reason = f"the persistent code cache's file did not load ({type(exc).__name__}: {exc})"
-        if compiled is None:
-            entry.reason += "; compiled again" if "did not load" in entry.reason else ""
+        except Exception:  # the compile reports it: this run only interprets
+            module = bounds = None
+        compiled = module and diskcache.load_code(self, cache_key, module, bounds, entry.name)
+        if not compiled:
+            entry.reason = "its file in the persistent code cache did not load: compiled again"
             COMPILER.submit(entry)
             return None
+        entry.module, entry.bounds = module, bounds
         self._adopt(entry, compiled, t0)
         return entry.launcher
 
@@ -364,15 +363,10 @@ class RegionRuntime:
         loaded = 0
         for cache_key, key in diskcache.keys(self):
             t0 = time.perf_counter_ns()
-            specs, scalars, bounds = self.policy.parameters(cache_key, key)
-            try:
-                module = build_function(self.region, self.io, self.info, self.module, specs, scalars,
-                                        f"{self.exe_name}_region{self.region.id}")
-                compiled = _loaded(self, cache_key, module, bounds, "preload")
-            except Exception:
-                continue
+            module, _, bounds = self.build_for(cache_key, key)
+            compiled = diskcache.load_code(self, cache_key, module, bounds, "preload")
             if compiled is None:
-                continue
+                continue  # a file that does not fit: its key compiles if it gets hot
             with self.lock:
                 cache_key_now, state = self._state(key)
                 if cache_key_now != cache_key or state.entry is not None or state.rejected:
@@ -470,7 +464,11 @@ class RegionRuntime:
     # -- called by the compiler thread --------------------------------------------------------------
     def build(self, entry: Entry) -> tuple[Any, str, dict[str, int]]:
         """The entry's region function (verified by the caller), its name and the bucket bounds."""
-        specs, scalars, bounds = self.policy.parameters(entry.cache_key, entry.key)
+        return self.build_for(entry.cache_key, entry.key)
+
+    def build_for(self, cache_key: tuple, key: tuple) -> tuple[Any, str, dict[str, int]]:
+        """The region function of ``cache_key`` (made hot by run-time ``key``), its name and bounds."""
+        specs, scalars, bounds = self.policy.parameters(cache_key, key)
         name = f"{self.exe_name}_region{self.region.id}"
         module = build_function(self.region, self.io, self.info, self.module, specs, scalars, name)
         return module, name, bounds
@@ -559,15 +557,6 @@ class RegionRuntime:
         }
         return RegionDispatch(self.region.start, frozenset(self.region.addresses), names, tuple(native),
                               f"jk{n} = {self.plan.key_expr()}", n)
-
-
-def _loaded(region: RegionRuntime, cache_key: tuple, module: Any, bounds: dict[str, int], name: str
-            ) -> Any | None:
-    """The code the persistent code cache holds for ``region``'s ``cache_key``, loaded; None if none."""
-    from .codegen.region import load_region
-
-    found = diskcache.load(region, cache_key, module, bounds)
-    return load_region(*found, module, name) if found is not None else None
 
 
 def make_launcher(fn: Callable, entry: Entry, keep: tuple[int, ...], total: int,

@@ -306,3 +306,18 @@ def test_a_function_being_prepared_loads_its_code_from_disk_before_its_first_cal
     np.testing.assert_allclose(again(x), again.py_func(x))
     (entry,) = [e for e in ms.vm.jit_info() if e["function"] == "affine_again"]
     assert entry["hits"] == 1 and started() == 0
+
+
+def test_a_sealed_file_whose_code_does_not_load_is_compiled_over_never_a_fallback(own_cache: Path) -> None:
+    x = np.ones((5, 8), np.float32)
+    compiled(affine, x)
+    (entry,) = [e for e in CACHE.all() if e.function == "affine"]
+    reply, payload = entry.compiled.wire
+    assert diskcache.store(entry, entry.module, entry.bounds, {**reply, "object_lens": [7]}, payload[:50])
+    ms.vm.reset()
+    for _ in range(3):  # its first run: the file does not load, and the key compiles at once
+        np.testing.assert_allclose(affine(x), affine.py_func(x))
+    assert ms.vm.wait_for_compiles(60)
+    (info,) = [e for e in ms.vm.jit_info() if e["function"] == "affine"]
+    assert info["status"] == "compiled" and info["source"] == "compiled" and started() == 1
+    assert diskcache.load_code(entry.owner, entry.cache_key, entry.module, entry.bounds, "again") is not None

@@ -33,6 +33,7 @@ import hashlib
 import itertools
 import json
 import struct
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -409,6 +410,9 @@ def load_region(reply: dict[str, Any], payload: bytes, module: Module, name: str
     for n in reply["object_lens"]:
         objects.append(payload[at:at + n])
         at += n
+    if at > len(payload) or not all(_is_object(obj) for obj in objects):
+        raise LoweringError(f"{name}: the code's object files are cut short or not objects",
+                            code="E-JIT-COMPILE")
     lowered = LoweredRegion.from_wire(reply, payload[at:], module)
     return _bind(lowered, objects, CompileTimes(**reply["times"]), name, worker_cpu_ms, (reply, payload))
 
@@ -464,6 +468,14 @@ def lower_in_worker(header: dict[str, Any], payload: bytes) -> tuple[dict[str, A
     reply, blocks = lowered.to_wire(module)
     reply |= {"object_lens": [len(obj) for obj in objects], "times": times.as_dict()}
     return reply, [*objects, *blocks]
+
+
+def _is_object(obj: bytes) -> bool:
+    """Does ``obj`` look like what LLVM emits here (a 64-bit ELF file on Linux)? LLVM's loader assumes
+    well-formed input: a few bytes of something else crashed the process."""
+    if sys.platform.startswith("linux"):
+        return len(obj) > 64 and obj[:4] == b"\x7fELF" and obj[4] == 2
+    return len(obj) > 0
 
 
 def text_bytes(obj: bytes) -> int:
