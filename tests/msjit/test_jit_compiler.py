@@ -117,3 +117,27 @@ def test_the_next_bucket_of_a_compiled_region_counts_as_starved_at_once(monkeypa
     entries = [e for e in ms.vm.jit_info() if e["function"] == "shifted"]
     assert [e["status"] for e in entries] == ["compiled", "compiled"] and entries[1]["code_from"]
     assert starved[-2:] == [compiler.STARVED_S, 0.0]
+
+
+def test_the_compiler_shortens_the_gil_switch_interval_only_while_it_works() -> None:
+    """Its bursts between blocking calls hand the GIL over quickly while it works; the program's own
+    interval comes back afterwards."""
+    import sys
+
+    seen: list[float] = []
+    from msvm.msjit.codegen import compile_region
+
+    def record(*args, **kwargs):
+        seen.append(sys.getswitchinterval())
+        return compile_region(*args, **kwargs)
+
+    before = sys.getswitchinterval()
+    COMPILER._use_backend(record)
+    try:
+        x = np.ones((4, 8), np.float32)
+        for _ in range(3):
+            scale(x)
+        assert ms.vm.wait_for_compiles(60)
+    finally:
+        COMPILER._use_backend(None)
+    assert seen == [compiler.GIL_SWITCH_S] and sys.getswitchinterval() == before
