@@ -13,11 +13,12 @@ run-time arguments, never constants in it. A read-only or full disk only means c
 
 Why sealed files: a cache of machine code is code msvm will run, so a file must prove that msvm wrote
 it. Every file (this one's and the JIT's, ``msvm.msjit.diskcache``) carries an HMAC-SHA256 of its
-contents under a random key kept in its folder (``.seal``, mode 0600), checked before anything reads the
-contents: a truncated, damaged or foreign file — another user's, another machine's, one edited by
-hand — is ignored and compiled again, never loaded. The folders are the user's own (created 0700); a
-folder or file owned by someone else, or a folder others may write to, is refused with a warning,
-since whoever can write there could replace the key and the code together.
+contents under the user's random key (``key_file``: mode 0600, outside every cache folder, so a cache
+copied in from elsewhere brings no key of its own), checked before anything reads the contents: a
+truncated, damaged or foreign file — another user's, another machine's, a restored CI cache's, one
+edited by hand — is ignored and compiled again, never loaded. The folders are the user's own (created
+0700); a folder or file owned by someone else, or a folder others may write to, is refused with a
+warning.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from .llvm import NativeLibrary, build_object, load_object, target_identity
 
 MAX_FILES = 256  # a few dozen per msvm version; ~25 KB each
 _MAGIC = b"MSVMOBJ2"
-_SEAL = ".seal"  # the folder's HMAC key
 _MAC = 32  # HMAC-SHA256 of the contents, after the magic
 _warned: set[str] = set()
 
@@ -109,16 +109,31 @@ def _refuse(path: Path, why: str) -> None:
     return None
 
 
-def _seal_key(folder: Path) -> bytes | None:
-    """The folder's HMAC key, made once (atomically: the first process to link its key wins)."""
-    path = folder / _SEAL
+def key_file() -> Path:
+    """The user's cache key: ``$MSVM_CACHE_KEY``, else ``$XDG_CONFIG_HOME/msvm/cache.key`` (default
+    ``~/.config/msvm``) — outside every cache folder, so that a cache restored, shared or mounted from
+    elsewhere brings no key that would make its files load."""
+    chosen = os.environ.get("MSVM_CACHE_KEY")
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "msvm" / "cache.key"
+
+
+def _seal_key() -> bytes | None:
+    """The user's HMAC key, made once, 0600 in a private folder (atomically: the first process to link
+    its key wins)."""
+    path = key_file()
+    folder = private_dir(path.parent)
+    if folder is None:
+        return None
     for _ in range(2):
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except FileNotFoundError:
             tmp = None
             try:
-                fd, tmp = tempfile.mkstemp(prefix=".seal.", dir=folder)  # created 0600
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)  # created 0600
                 with os.fdopen(fd, "wb") as out:
                     out.write(os.urandom(32))
                 os.link(tmp, path)
@@ -146,8 +161,7 @@ def _seal_key(folder: Path) -> bytes | None:
 
 def read_sealed(path: Path) -> bytes | None:
     """The contents of a sealed file, or None when it is missing, not ours, or its seal does not check."""
-    folder = private_dir(path.parent)
-    key = _seal_key(folder) if folder is not None else None
+    key = _seal_key() if private_dir(path.parent) is not None else None
     if key is None:
         return None
     try:
@@ -169,8 +183,7 @@ def write_sealed(path: Path, body: bytes, keep: int | None = None, suffix: str =
     """Write ``body`` sealed, atomically (a temporary file renamed over: a concurrent reader sees the
     whole file or none), then keep only the ``keep`` (default ``MAX_FILES``) newest ``*suffix`` files of
     the folder. False when the folder refuses it (not ours, read-only, full)."""
-    folder = private_dir(path.parent)
-    key = _seal_key(folder) if folder is not None else None
+    key = _seal_key() if private_dir(path.parent) is not None else None
     if key is None:
         return False
     tmp = None

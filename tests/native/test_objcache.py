@@ -128,13 +128,25 @@ def test_a_file_of_another_user_is_refused_with_a_warning():
     assert builds.count == 2 and path.stat().st_uid == os.geteuid()  # compiled again, and replaced
 
 
-def test_a_file_sealed_in_another_folder_is_not_loaded(tmp_path, monkeypatch):
-    """A valid file copied from another cache (another user's, another machine's) fails the seal."""
+def test_a_file_sealed_under_another_key_is_not_loaded(tmp_path, monkeypatch):
+    """A valid file from another user's or machine's cache — a restored CI cache, a shared folder —
+    fails the seal: the key is the user's own and lives outside every cache folder."""
     builds = Builds()
     objcache.cached_library(("answer", 8), builds, "answer")
-    data = objcache.object_path(("answer", 8)).read_bytes()
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other"))
-    objcache.cached_library(("answer", 8), builds, "answer")  # the other folder gets its own seal
-    objcache.object_path(("answer", 8)).write_bytes(data)
+    assert not any(p.name.endswith(".key") for p in objcache.cache_dir().rglob("*"))  # no key in the cache
+    monkeypatch.setenv("MSVM_CACHE_KEY", str(tmp_path / "another user" / "cache.key"))
     assert answer(objcache.cached_library(("answer", 8), builds, "answer")) == 42
-    assert builds.count == 3
+    assert builds.count == 2  # compiled again, not loaded
+    key = objcache.key_file()
+    assert oct(key.stat().st_mode & 0o777) == "0o600" and oct(key.parent.stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_key_others_may_read_is_refused_with_a_warning(tmp_path, monkeypatch):
+    key = tmp_path / "keys" / "cache.key"
+    monkeypatch.setenv("MSVM_CACHE_KEY", str(key))
+    builds = Builds()
+    objcache.cached_library(("answer", 9), builds, "answer")
+    os.chmod(key, 0o644)
+    with pytest.warns(RuntimeWarning, match="may be read or written by other users"):
+        assert answer(objcache.cached_library(("answer", 9), builds, "answer")) == 42
+    assert builds.count == 2
