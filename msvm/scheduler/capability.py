@@ -466,6 +466,7 @@ class CapabilityDB:
             self._patches.clear()
             self._load_tried = False
             self.cache_state = "not read yet"
+            self.jit_launch_overhead_ns = None
         self.changed()
 
 

@@ -56,12 +56,12 @@ def load() -> tuple[dict[str, Any] | None, str]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None, f"none yet ({path})"
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8
         return None, f"unreadable ({exc})"
     try:
         snapshot = validated(json.loads(text), key)
-    except (ValueError, TypeError) as exc:
-        return None, f"ignored {path}: {exc}"
+    except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: JSON nested past the limit
+        return None, f"ignored {path}: {type(exc).__name__}: {exc}"
     return snapshot, f"loaded from {path}"
 
 

@@ -145,6 +145,8 @@ def write_cache(doc: object) -> Path:
     (lambda doc: {**doc, "version": 99}, "version"),
     (lambda doc: {**doc, "host_rates": {"sgemm_gflops": -1, "bandwidth_gbps": 1}}, "host_rates.sgemm_gflops"),
     (lambda doc: {**doc, "devices": {"cpu": {"ops": {"matmul": {"variants": "blas"}}}}}, "variants"),
+    (lambda doc: "[" * 100_000 + "]" * 100_000, "RecursionError"),
+    (lambda doc: {**doc, "jit": {"launch_overhead_ns": "fast"}}, "jit.launch_overhead_ns"),
 ])
 def test_a_bad_or_foreign_cache_file_is_ignored(mutate, words):
     fake_calibration()
@@ -154,6 +156,27 @@ def test_a_bad_or_foreign_cache_file_is_ignored(mutate, words):
     DB.reset()
     assert not DB.is_calibrated("cpu", "matmul")
     assert DB.cache_state.startswith("ignored") and words in DB.cache_state
+
+
+def test_a_cache_file_that_is_not_utf8_is_ignored():
+    fake_calibration()
+    persist.save_db()
+    persist.cache_file().write_bytes(b"\xff\xfe{" * 10)
+    DB.reset()
+    assert not DB.is_calibrated("cpu", "matmul")
+    assert DB.cache_state.startswith("unreadable")
+
+
+def test_the_jit_launch_overhead_is_kept_with_the_rest_as_it_is_on_disk():
+    fake_calibration()
+    persist.save_db()
+    before = json.loads(persist.cache_file().read_text())
+    assert persist.save_launch_overhead(1234).startswith("saved to ")
+    after = json.loads(persist.cache_file().read_text())
+    assert after["jit"] == {"launch_overhead_ns": 1234} and after["devices"] == before["devices"]
+    DB.reset()
+    DB.ensure_loaded()
+    assert DB.jit_launch_overhead_ns == 1234
 
 
 def test_an_op_whose_variants_changed_is_calibrated_again(fake_variants):
