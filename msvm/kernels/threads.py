@@ -47,7 +47,7 @@ MIN_FLOPS_PER_THREAD = 2e6
 # instructions (≈ 25 ns each here): ``SPINS_ALONE`` (≈ 150 µs) while nothing else wants the cores —
 # an interpreted program's next kernel follows after 20–100 µs of Python, and waking a sleeping helper
 # costs that kernel ≈ 30 µs (W3 interpreted at L = 128: 5–8 % faster than at 50 µs) —, ``SPINS``
-# (≈ 50 µs) while the JIT's compile worker, at idle priority, lives on the gaps (``share_gaps``):
+# (≈ 50 µs) while the JIT's compile worker, yielding to the program, lives on the gaps (``share_gaps``):
 # spinning longer then delayed its code (W2's and W3's bucket streams).
 SPINS = 2000
 SPINS_ALONE = 6000
@@ -228,7 +228,7 @@ class JobPool:
 
     def lend_core(self) -> bool:
         """Run jobs on one helper fewer until ``return_core`` (``pool_run`` reads the count at every
-        call): the JIT's compile worker, starved at idle priority, gets that core. True if lent."""
+        call): the JIT's compile worker, which yields to the program, gets that core. True if lent."""
         with self._lock:
             if self._lent is None and self._state[_HELPERS] > 0:
                 self._lent = int(self._state[_HELPERS])

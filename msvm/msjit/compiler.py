@@ -93,10 +93,10 @@ def _core_when_starved(asked: Callable[[], tuple[int, int]], entry: str | None,
     """Lend the worker a core (one thread fewer in OpenBLAS's pool and in our job pool) while a request
     is unanswered and the program keeps asking for what it compiles: ``asked()`` — (its interpreted
     runs, its region's) since it was queued — reaches ``HOT_CALLS`` with ``HOT_SHARE`` of the region's,
-    or ``WANTED_CALLS`` after ``starved_s``. The worker runs at idle priority, so a program calling
-    OpenBLAS or our 2-thread kernels in a loop starved it; lending for a compile the program rarely
-    asks for (exact mode in a stream of many shapes) would only slow the program. Monitor events
-    ``core-lent`` and ``core-returned`` (with the milliseconds lent) show it."""
+    or ``WANTED_CALLS`` after ``starved_s``. The worker yields to the program, so a program calling
+    OpenBLAS or our 2-thread kernels in a loop leaves it a small share; lending for a compile the
+    program rarely asks for (exact mode in a stream of many shapes) would only slow the program.
+    Monitor events ``core-lent`` and ``core-returned`` (with the milliseconds lent) show it."""
     from ..kernels.threads import POOL  # not at import: interpreting needs neither (nor llvmlite)
     from ..native import blas
 

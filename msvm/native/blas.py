@@ -195,9 +195,10 @@ UNLENT.set()
 def lend_core() -> bool:
     """Shrink every loaded OpenBLAS pool by one thread until ``return_core``: True if one was shrunk.
 
-    Why: the JIT's compile worker runs at idle priority, and an OpenBLAS pool keeps every core busy
+    Why: the JIT's compile worker yields to the program, and an OpenBLAS pool keeps every core busy
     while a program calls it in a loop (its idle threads spin ~0.1 s after each call), so the worker
-    never ran — a W2 loop was still waiting for its first compile after 30 s. Running the program's
+    gets little — at idle priority it never ran: a W2 loop was still waiting for its first compile
+    after 30 s. Running the program's
     GEMMs one thread narrower frees a core for it; a worker at normal priority instead took cores from
     OpenBLAS's static halves mid-GEMM (W3's 100-call stream: 290–310 ms idle, 415–515 ms normal).
     """
