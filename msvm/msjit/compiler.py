@@ -205,6 +205,15 @@ class CompilerThread:
         EVENTS.publish("queued", entry.name, function=entry.function, region=entry.region,
                        reason=entry.reason)
 
+    def tier_up(self, entry: Entry) -> None:
+        """Queue ``entry``, whose quick code is installed, for its optimised tier (compiled once the
+        quick code has run a few times: ``Entry.deferred``)."""
+        with self._cv:
+            entry.tier_up = True
+            self._queue.append(entry)
+            self._start()
+            self._cv.notify_all()
+
     def wake(self) -> None:
         with self._cv:
             self._start()
@@ -401,11 +410,8 @@ class CompilerThread:
             return
         EVENTS.publish("installed", entry.name, function=entry.function, region=entry.region,
                        compile_ms=entry.compile_ms, tier=entry.tier, source=entry.source)
-        if entry.tier == 1:  # its optimised tier compiles once the quick code has run a few times
-            entry.tier_up = True
-            with self._cv:
-                self._queue.append(entry)
-                self._cv.notify_all()
+        if entry.tier == 1:
+            self.tier_up(entry)
 
     def _compile_region(self, module: Any, name: str, entry: Entry, bounds: dict[str, int], fault: str | None,
                         tier: int) -> Any:

@@ -353,6 +353,8 @@ class RegionRuntime:
         self._install(entry, compiled)
         EVENTS.publish("loaded", entry.name, function=self.exe_name, region=self.region.id, tier=entry.tier,
                        ms=entry.compile_ms)
+        if entry.tier == 1:  # a process that ended before its tier-up left the quick code
+            COMPILER.tier_up(entry)
 
     def load_from_disk(self) -> int:
         """Load and install the code the persistent code cache has for this region's keys, before any

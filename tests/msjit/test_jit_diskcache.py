@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -321,3 +322,35 @@ def test_a_sealed_file_whose_code_does_not_load_is_compiled_over_never_a_fallbac
     (info,) = [e for e in ms.vm.jit_info() if e["function"] == "affine"]
     assert info["status"] == "compiled" and info["source"] == "compiled" and started() == 1
     assert diskcache.load_code(entry.owner, entry.cache_key, entry.module, entry.bounds, "again") is not None
+
+
+CONSTS = [np.full((8, 8), 0.9 + i / 100, np.float32) for i in range(30)]
+
+
+@jit
+def chain(x: Tensor[8, 8]):
+    for c in CONSTS:  # a long loop module over small tensors: quick code first
+        x = ops.maximum(x * c + 0.1, x - 0.05)
+    return x
+
+
+def test_quick_code_loaded_from_disk_still_gets_its_optimised_tier(own_cache: Path) -> None:
+    x = np.ones((8, 8), np.float32)
+    for _ in range(200_000):  # no wait: that would compile the tier-up too, and keep it on disk
+        chain(x)
+        entries = [e for e in CACHE.all() if e.function == "chain"]
+        if entries and entries[0].status == "compiled":
+            break
+    assert entries[0].tier == 1 and entries[0].hit_count < 3  # its tier-up is not due yet
+    for _ in range(500):  # the compiler thread keeps the quick code right after installing it
+        if list(own_cache.glob("*.jit")):
+            break
+        time.sleep(0.01)
+    ms.vm.reset()
+    want = chain.py_func(x)
+    for _ in range(3):
+        np.testing.assert_allclose(chain(x), want, rtol=1e-5, atol=1e-6)  # quick code, from disk
+    (entry,) = [e for e in CACHE.all() if e.function == "chain"]
+    assert entry.source == "disk"
+    assert ms.vm.wait_for_compiles(60) and entry.tier == 2
+    np.testing.assert_allclose(chain(x), want, rtol=1e-5, atol=1e-6)
