@@ -8,10 +8,12 @@ its bounds, the code generator and the host, so it is kept in ``$MSVM_JIT_CACHE_
 ``$XDG_CACHE_HOME/msvm/jit``; ``MSVM_JIT_CACHE=0`` turns it off) and loaded instead: no interpreted
 warm-up, no LLVM, ``jit_info()``'s ``source`` says ``"disk"``.
 
-A file is named by a digest of what the execution thread knows at a key's first call without building
-anything — the function, the region's digest (``cache.region_digest``), the cache key and mode, the
-msvm sources that generate or call the code (``code_version``) and the host (CPU model and flags,
-llvmlite) — so a key's first call costs a set lookup when nothing is there. Inside, checked before
+A file is named by what is known without building anything: a digest of the function, the region's
+digest (``cache.region_digest``), the cache mode, the msvm sources that generate or call the code
+(``code_version``) and the host (CPU model and flags, llvmlite), then one of the cache key. So a key's
+first call costs a set lookup when nothing is there, and a function being prepared finds its regions'
+files by the first part (``keys``) and loads them in the background before its first call (the file
+keeps the cache key and the run-time key for that). Inside, checked before
 any code is loaded: the seal (``native.objcache.read_sealed``: written by msvm for this user, whole
 and unaltered), then a digest of the whole region function as encoded (every constant's bytes, not
 the region digest's sample), its bounds, the target LLVM reports (triple, CPU, features, version) and
