@@ -121,10 +121,6 @@ def _landing(entries: list[dict], ends: list[int]) -> dict[str, Any]:
     return {"hot_ns": hot_ns, "hot_idx": hot_idx, "native_ns": native_ns, "native_idx": native_idx}
 
 
-def _median(values: list[int] | list[float]) -> float | None:
-    return float(statistics.median(values)) if values else None
-
-
 def child_loop(spec: dict[str, Any]) -> dict[str, Any]:
     """A fresh function called on the steady input in a loop that never pauses; timestamps after each
     call, jit_info read once the loop is over. ``spec["mode"]`` None: the JIT switched off, a loop of
@@ -185,12 +181,12 @@ def child_loop(spec: dict[str, Any]) -> dict[str, Any]:
         "calls": len(ends),
         "loop_ns": loop_ns,
         "first_call_ns": durations[0],
-        "interp_median_ns": _median(before),  # calls before native code, the first call left out
-        "native_median_ns": _median(durations[native_idx:]) if native_idx is not None else None,
-        "during_median_ns": _median(during),
+        "interp_median_ns": _med(before),  # calls before native code, the first call left out
+        "native_median_ns": _med(durations[native_idx:]) if native_idx is not None else None,
+        "during_median_ns": _med(during),
         "during_calls": len(during),
         "during_span_ns": span,
-        "window_median_ns": _median(window),
+        "window_median_ns": _med(window),
         "window_calls": len(window),
         "latency_ns": (land["native_ns"] - land["hot_ns"]
                        if land.get("native_ns") is not None and land.get("hot_ns") is not None else None),
@@ -201,7 +197,7 @@ def child_loop(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def reference_median(trace: list[list[int]], span: list[int] | None) -> float | None:
+def reference_med(trace: list[list[int]], span: list[int] | None) -> float | None:
     """The JIT-off loop's median call over ``span`` (offsets from its loop's start; every call after
     its first where None): a fresh process's early calls are slower for reasons of their own (W3's
     first hundred interpreted: 2.5–4.8 ms against 2.0–2.3 later), so a compile's calls are compared
@@ -209,10 +205,10 @@ def reference_median(trace: list[list[int]], span: list[int] | None) -> float | 
     last quarter where the span starts after the reference loop ended."""
     calls = trace[1:]
     if span is None:
-        return _median([d for _, d in calls])
+        return _med([d for _, d in calls])
     inside = [d for s, d in calls if s >= span[0] and s + d <= span[1]]
     overlapping = [d for s, d in calls if s < span[1] and s + d > span[0]]
-    return _median(inside or overlapping or [d for _, d in calls[len(calls) * 3 // 4:]])
+    return _med(inside or overlapping or [d for _, d in calls[len(calls) * 3 // 4:]])
 
 
 def _max_err(out: Any, reference: Any) -> float:
@@ -397,9 +393,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def _med(values: list[float | None]) -> float | None:
+def _med(values: list[float | None] | list[int]) -> float | None:
+    """The median of the values that are there (None: not measured), or None."""
     kept = [v for v in values if v is not None]
-    return statistics.median(kept) if kept else None
+    return float(statistics.median(kept)) if kept else None
 
 
 class Errors:
@@ -451,11 +448,11 @@ def time_to_native(names: list[str], rounds: int, quick: bool, errors: Errors) -
         latencies = [r["latency_ns"] for r in ok if r["latency_ns"] is not None]
         landed = [r for r in ok if r["calls_before_native"] is not None]
         traces = [r["trace"] for r in refs[name] if r]
-        ref_all = _med([reference_median(t, None) for t in traces])
+        ref_all = _med([reference_med(t, None) for t in traces])
         # each round's calls during its compile over the JIT-off children's calls in the same seconds of
         # their loops: the median over all those children, not one round's own, whose per-call time
         # drifts from process to process here (W6: 110 or 180 µs) — a ratio to one would measure that
-        during = _med([_ratio(r["during_median_ns"], _med([reference_median(t, r["during_span_ns"])
+        during = _med([_ratio(r["during_median_ns"], _med([reference_med(t, r["during_span_ns"])
                                                             for t in traces]))
                        for r in ok if r["during_span_ns"] is not None])
         interp, native = _med([r["interp_median_ns"] for r in ok]), _med([r["native_median_ns"] for r in ok])

@@ -34,7 +34,7 @@ its decoration — has the compiler thread start the worker at once and ready wh
 this process, and know the *launch overhead* of native code (``launch_overhead_ns``), below which no
 region is worth compiling: measured once per host by compiling a one-op probe region and timing its
 calls, then kept in the capability DB's on-disk cache (the probe cost a fresh process's first
-compile 0.2–0.3 s of queueing). The worker yields to the program (``URGENT_NICE`` once started; see
+compile 0.2–0.3 s of queueing). The worker yields to the program (``URGENT_NICE``; see
 ``msvm.native.worker``): at idle priority (``SCHED_IDLE``), as it ran before, it got no CPU while the
 program or anything else kept both cores busy. A program looping on one region still leaves it little,
 so a request for code the program keeps asking for also borrows a core from the program's thread pools
@@ -191,7 +191,7 @@ class CompilerThread:
         self._warm = "cold"  # -> "pending" (prestart asked for it) -> "warming" -> "done"
         self._flush = 0  # threads in wait_idle: deferred entries compile now (``Entry.deferred``)
         self._told: set[str] = set()  # deferred entries whose "deferred" event is out
-        self._preloads: deque[Any] = deque()  # regions whose code is on disk, to load before they run
+        self._preloads: deque[Any] = deque()  # regions to load from the code cache before they run
         self.launch_overhead_ns: int | None = None  # a native region call's fixed cost, once measured
         EVENTS.wake = self.wake
 
@@ -224,7 +224,8 @@ class CompilerThread:
         have ``regions`` (a function being prepared) load what the persistent code cache holds for
         them (``RegionRuntime.load_from_disk``) before their first run."""
         with self._cv:
-            self._preloads.extend(r for r in regions if diskcache.known(r))
+            if diskcache.enabled():
+                self._preloads.extend(regions)  # which have files: the compiler thread looks
             if self._warm == "cold":
                 self._warm = "pending"
             self._start()
@@ -372,11 +373,10 @@ class CompilerThread:
                             else diskcache.load_code(region, entry.cache_key, module, bounds, entry.name))
                 found = compiled is not None
                 if compiled is None:
-                    compiled = self._compile_region(module, name, entry, bounds, fault, 2 if tier_up else 1)
+                    compiled = self._compile_region(module, name, entry, bounds, fault, tier_up)
             wall_ms = (time.perf_counter_ns() - t0) / 1e6
-            phases = {f"tier2 {k}" if tier_up else k: v for k, v in compiled.phase_ms.items()}
-            if found:
-                phases = {"disk": wall_ms}
+            phases = ({"disk": wall_ms} if found
+                      else {f"tier2 {k}" if tier_up else k: v for k, v in compiled.phase_ms.items()})
             for phase, ms in phases.items():
                 entry.phase_ms[phase] = ms
                 EVENTS.publish("phase", entry.name, phase=phase, ms=ms)
@@ -414,17 +414,18 @@ class CompilerThread:
             self.tier_up(entry)
 
     def _compile_region(self, module: Any, name: str, entry: Entry, bounds: dict[str, int], fault: str | None,
-                        tier: int) -> Any:
+                        tier_up: bool) -> Any:
+        """Compile ``entry``: its quick tier where that pays, or, for a tier-up, its optimised tier in
+        the background (its quick code serves meanwhile: no core lent)."""
         backend = self._backend
         if backend is None:
             from .codegen import compile_region as backend
         shares_code = bool(bounds) and any(e is not entry and e.status == "compiled" and e.bounds
                                            for e in entry.owner.entries)  # a plan and a load
         client = self._client(fault, lambda: (entry.waiting, entry.owner.misses - entry.queued_misses),
-                              entry.name, 0.0 if shares_code else STARVED_S, background=tier == 2 and
-                              entry.tier == 1)  # a tier-up: its quick code serves meanwhile
+                              entry.name, 0.0 if shares_code else STARVED_S, background=tier_up)
         return backend(module, name, mem_optimize=entry.owner.settings.mem_optimize, name=entry.name,
-                       via_worker=client, bounds=bounds or None, share=self._share, tier=tier)
+                       via_worker=client, bounds=bounds or None, share=self._share, tier=2 if tier_up else 1)
 
     def _load_from_disk(self, region: Any) -> None:
         try:
@@ -451,9 +452,10 @@ class CompilerThread:
 
         t0 = time.perf_counter_ns()
         client = self._client(None, self._queue_asked, None)
-        if self._preloads:  # its code is on disk: the worker starts when a compile needs it
+        on_disk = any(diskcache.known(r) for r in list(self._preloads))
+        if on_disk:  # its code is on disk: the worker starts when a compile needs it
             DB.ensure_loaded()
-        if not self._preloads or DB.jit_launch_overhead_ns is None:
+        if not on_disk or DB.jit_launch_overhead_ns is None:
             client.prestart(preload="msvm.msjit.codegen.region")  # its import overlaps this thread's
         from .codegen import compile_region
 

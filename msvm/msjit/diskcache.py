@@ -32,6 +32,7 @@ import os
 import platform
 import struct
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,12 @@ from .cache import Entry
 
 FORMAT = 1
 SUFFIX = ".jit"
+Read = tuple[dict[str, Any], bytes]  # a sealed file of ours: its header and payload
 _HEAD = struct.Struct("<I")
 _lock = threading.Lock()
 _index: dict[str, set[str]] = {}  # folder -> names of its files, listed once per process
+_prefixes: weakref.WeakKeyDictionary[Any, tuple[tuple[str, str], str]] = weakref.WeakKeyDictionary()
+# region -> (the code version and host it was made for, its ``_prefix``)
 
 
 def enabled() -> bool:
@@ -86,11 +90,16 @@ def host() -> str:
 
 
 def _prefix(region: Any) -> str:
-    """What names every file of ``region`` (a ``runtime.RegionRuntime``): the part before the key's."""
-    settings = region.settings
-    key = [FORMAT, code_version(), host(), region.exe_name, region.region.start, region.digest,
-           settings.cache_mode, settings.mem_optimize]
-    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
+    """What names every file of ``region`` (a ``runtime.RegionRuntime``): the part before the key's
+    (made once per region: every new key of a region asks for it)."""
+    made = (code_version(), host())
+    known = _prefixes.get(region)
+    if known is None or known[0] != made:
+        settings = region.settings
+        key = [FORMAT, *made, region.exe_name, region.region.start, region.digest, settings.cache_mode,
+               settings.mem_optimize]
+        known = _prefixes[region] = (made, hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24])
+    return known[1]
 
 
 def file_name(region: Any, cache_key: tuple) -> str:
@@ -123,9 +132,9 @@ def known(region: Any) -> bool:
     return any(n.startswith(prefix) for n in list(_names(folder())))
 
 
-def keys(region: Any) -> list[tuple[tuple, tuple]]:
-    """(cache key, run-time key) of every sealed file ``region`` has, so that a function being prepared
-    can load its code before its first call."""
+def keys(region: Any) -> list[tuple[tuple, tuple, Read]]:
+    """(cache key, run-time key, what was read) of every sealed file ``region`` has, so that a function
+    being prepared can load its code before its first call (``load``'s ``read``: no second read)."""
     if not enabled():
         return []
     where = folder()
@@ -136,7 +145,7 @@ def keys(region: Any) -> list[tuple[tuple, tuple]]:
         if read is not None:
             head = read[0]
             with contextlib.suppress(KeyError, TypeError):
-                found.append((_tuple(head["cache_key"]), _tuple(head["key"])))
+                found.append((_tuple(head["cache_key"]), _tuple(head["key"]), read))
     return found
 
 
@@ -155,7 +164,7 @@ def _content(module: Module, bounds: dict[str, int] | None) -> dict[str, Any]:
             "gemm": gemm_entries(module)}
 
 
-def _read(path: Path) -> tuple[dict[str, Any], bytes] | None:
+def _read(path: Path) -> Read | None:
     """(header, payload) of a sealed file of ours, or None."""
     body = read_sealed(path)
     if body is None:
@@ -170,17 +179,18 @@ def _read(path: Path) -> tuple[dict[str, Any], bytes] | None:
     return head, body[_HEAD.size + n:]
 
 
-def load(region: Any, cache_key: tuple, module: Module, bounds: dict[str, int] | None
-         ) -> tuple[dict[str, Any], bytes] | None:
+def load(region: Any, cache_key: tuple, module: Module, bounds: dict[str, int] | None,
+         read: Read | None = None) -> tuple[dict[str, Any], bytes] | None:
     """The worker's answer kept for ``region``'s ``cache_key`` (compiled from ``module`` with ``bounds``),
-    or None when there is none or it does not check (then the next compile replaces it)."""
+    or None when there is none or it does not check (then the next compile replaces it). ``read``: the
+    file as ``keys`` read it already."""
     if not enabled():
         return None
     where = folder()
     path = where / file_name(region, cache_key)
     if path.name not in _names(where):
         return None
-    read = _read(path)
+    read = read or _read(path)
     if read is None or read[0].get("content") != _content(module, bounds) or "reply" not in read[0]:
         return None
     with contextlib.suppress(OSError):
@@ -188,14 +198,14 @@ def load(region: Any, cache_key: tuple, module: Module, bounds: dict[str, int] |
     return read[0]["reply"], read[1]
 
 
-def load_code(region: Any, cache_key: tuple, module: Module, bounds: dict[str, int] | None, name: str
-              ) -> Any | None:
+def load_code(region: Any, cache_key: tuple, module: Module, bounds: dict[str, int] | None, name: str,
+              read: Read | None = None) -> Any | None:
     """``load``'s answer as code of this process (a ``codegen.region.CompiledRegion``); None when there
     is none, or when it does not load — then it is compiled again, and the new code replaces it."""
     from .codegen.region import load_region
 
     try:
-        found = load(region, cache_key, module, bounds)
+        found = load(region, cache_key, module, bounds, read)
         return load_region(*found, module, name) if found is not None else None
     except Exception:  # a file that does not fit is compiled over, never an entry's fallback
         return None

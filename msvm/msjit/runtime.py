@@ -363,10 +363,10 @@ class RegionRuntime:
         if self.policy.mode == "adaptive":
             return 0  # its cache keys depend on buckets learned from this process's keys
         loaded = 0
-        for cache_key, key in diskcache.keys(self):
+        for cache_key, key, read in diskcache.keys(self):
             t0 = time.perf_counter_ns()
             module, _, bounds = self.build_for(cache_key, key)
-            compiled = diskcache.load_code(self, cache_key, module, bounds, "preload")
+            compiled = diskcache.load_code(self, cache_key, module, bounds, "preload", read)
             if compiled is None:
                 continue  # a file that does not fit: its key compiles if it gets hot
             with self.lock:

@@ -23,6 +23,7 @@ inside the worker).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import importlib
 import importlib.util
@@ -361,15 +362,15 @@ class CompileWorker:
 
 def _serve(inp: BinaryIO, out: BinaryIO) -> None:
     """Answer requests until stdin closes; one asked for in the background runs on an idle-priority
-    thread (``_Background``) where the worker has one."""
-    background = _Background() if os.environ.get(_IDLE_ENV) == "1" else None
+    thread (``_background_thread``) where the worker has one."""
+    background = _background_thread() if os.environ.get(_IDLE_ENV) == "1" else None
     while True:
         message = read_frame(inp)
         if message is None:
             return
         header, payload = message
         if background is not None and header.get("background"):
-            head, data = background.run(lambda h=header, p=payload: _answer(h, p))
+            head, data = background.submit(_answer, header, payload).result()
         else:
             head, data = _answer(header, payload)
         write_frame(out, {**head, "id": header.get("id")}, data)
@@ -413,38 +414,18 @@ def _answer(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], byt
             build.object_code + ir_bytes + asm_bytes)
 
 
-class _Background:
-    """A thread at idle priority (Linux ``SCHED_IDLE``: it runs only on a CPU nothing else wants) that runs
+def _background_thread() -> concurrent.futures.ThreadPoolExecutor:
+    """One thread at idle priority (Linux ``SCHED_IDLE``: it runs only on a CPU nothing else wants) for
     the requests asked for in the background, one at a time, while the main thread waits."""
+    return concurrent.futures.ThreadPoolExecutor(1, "msvm-worker-idle", initializer=_idle_priority)
 
-    def __init__(self) -> None:
-        self._job: tuple[Callable[[], Any], list[Any], threading.Event] | None = None
-        self._ready = threading.Condition()
-        threading.Thread(target=self._loop, name="msvm-worker-idle", daemon=True).start()
 
-    def run(self, fn: Callable[[], Any]) -> Any:
-        box: list[Any] = []
-        done = threading.Event()
-        with self._ready:
-            self._job = (fn, box, done)
-            self._ready.notify()
-        done.wait()
-        return box[0]
-
-    def _loop(self) -> None:
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # this thread only
-        except (AttributeError, OSError):
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        while True:
-            with self._ready:
-                while self._job is None:
-                    self._ready.wait()
-                fn, box, done = self._job
-                self._job = None
-            box.append(fn())
-            done.set()
+def _idle_priority() -> None:
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # this thread only
+    except (AttributeError, OSError):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
 def _run(target: str, args: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], list[bytes]]:

@@ -78,7 +78,6 @@ ENTRY_PIPELINE = {"opt_level": 0, "unroll": False, "slp": False, "codegen": 0}
 QUICK_PIPELINE = ENTRY_PIPELINE
 QUICK_MAX_ELEMENTS = 1024
 QUICK_MIN_LINES = 200
-TIERS = (1, 2)  # quick, optimised
 SEPARATOR = "\n; --- the loop module ---\n"  # between the modules in a listing (``disassemble``)
 
 
@@ -264,14 +263,9 @@ def lower(
         (time.perf_counter() - t0) * 1e3,
         slp,
         any(may_be_big(kernel.parallel_work(), plan.ranges) for kernel in plan.kernels),
-        small=all(_largest(numel(t.shape), plan.ranges) <= QUICK_MAX_ELEMENTS
+        small=all(dims.interval(numel(t.shape), plan.ranges)[1] <= QUICK_MAX_ELEMENTS
                   for t in planner.types if isinstance(t, TensorType)),
     )
-
-
-def _largest(size: Any, ranges: Mapping[str, dims.Interval]) -> float:
-    """The largest value ``size`` (a Dim) takes with its params within ``ranges`` (absent: unbounded)."""
-    return dims.interval(size, {p: ranges.get(p, (-np.inf, np.inf)) for p in size.free_symbols})[1]
 
 
 def lowering_key(encoded: bytes, *inputs: Any) -> bytes:
