@@ -7,29 +7,32 @@ depend only on the machine, its BLAS and msvm. So there is one JSON file per hos
 (``~/.cache/msvm`` when it is unset). The identity is stored in the file too and compared on load;
 a file that does not parse, does not validate or belongs to another identity is ignored, and the
 next save replaces it. JSON only, validated field by field: loading a cache file cannot run code.
-Saves are atomic (a temporary file renamed over the old one); a read-only cache directory only
-means that the next process calibrates again. A calibration that ran on a saturated machine (load
-average above the cores + 1) is used by its process but not saved: its runs were slowed at random,
-and every later process would inherit the wrong picks.
+The file is sealed like every msvm cache (``msvm.native.objcache.read_sealed``): the rates steer
+every kernel choice, so a file msvm did not write — planted, copied from another machine, edited by
+hand — is ignored even when it is valid JSON. Saves are atomic (a temporary file renamed over the
+old one); a read-only or refused cache directory only means that the next process calibrates
+again. A calibration that ran on a saturated machine (load average above the cores + 1) is used by
+its process but not saved: its runs were slowed at random, and every later process would inherit
+the wrong picks.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..native.objcache import cache_dir
+from ..native.objcache import cache_dir, read_sealed, write_sealed
 
 SCHEMA = "msvm-capability-cache"
-VERSION = 2  # 2: files from before the saturation check are not trusted
+VERSION = 3  # 2: files from before the saturation check are not trusted; 3: sealed
+SUFFIX = ".cap"
+MAX_FILES = 16  # one per host identity: msvm versions and BLAS builds come and go
 
 
 def identity() -> dict[str, Any]:
@@ -42,47 +45,36 @@ def identity() -> dict[str, Any]:
 
 
 def cache_file(key: Mapping[str, Any] | None = None) -> Path:
-    """This host's cache file: ``capability-<digest of the identity>.json`` in ``cache_dir()``."""
+    """This host's cache file: ``capability-<digest of the identity>.cap`` in ``cache_dir()``."""
     key = identity() if key is None else key
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_dir() / f"capability-{digest}.json"
+    return cache_dir() / f"capability-{digest}{SUFFIX}"
 
 
 def load() -> tuple[dict[str, Any] | None, str]:
     """(this host's validated snapshot or None, what happened — for the capability document)."""
     key = identity()
     path = cache_file(key)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         return None, f"none yet ({path})"
-    except (OSError, ValueError) as exc:  # ValueError: not UTF-8
-        return None, f"unreadable ({exc})"
+    body = read_sealed(path)
+    if body is None:
+        return None, f"ignored {path}: not sealed by this user's key (or not readable)"
     try:
-        snapshot = validated(json.loads(text), key)
-    except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: JSON nested past the limit
+        snapshot = validated(json.loads(body.decode("utf-8")), key)
+    except (ValueError, TypeError, RecursionError) as exc:  # not UTF-8/JSON, or nested past the limit
         return None, f"ignored {path}: {type(exc).__name__}: {exc}"
     return snapshot, f"loaded from {path}"
 
 
 def save(snapshot: Mapping[str, Any]) -> str:
-    """Write ``CapabilityDB.snapshot()`` for this host atomically; returns what happened."""
+    """Write ``CapabilityDB.snapshot()`` for this host, sealed and atomically; returns what happened."""
     key = identity()
     path = cache_file(key)
     doc = {"schema": SCHEMA, "version": VERSION, "identity": key,
            "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **snapshot}
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(doc, out, indent=1)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        return f"not saved ({exc})"
+    if not write_sealed(path, json.dumps(doc, indent=1).encode("utf-8"), keep=MAX_FILES, suffix=SUFFIX):
+        return f"not saved ({path.parent} is not a private, writable folder)"
     return f"saved to {path}"
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from scheduler_helpers import Counting, matmul_program, matmul_step, rand
 
+from msvm.native.objcache import read_sealed, write_sealed
 from msvm.ops.registry import REGISTRY
 from msvm.scheduler import background, capability_db, persist, wait_for_calibration
 from msvm.scheduler.capability import DB, CapabilityDB, Rates, variant_names
@@ -132,10 +133,15 @@ def test_cache_lives_under_xdg_cache_home_and_is_keyed_by_the_host():
     assert persist.cache_file(other) != path
 
 
+def read_cache() -> dict:
+    return json.loads(read_sealed(persist.cache_file()))
+
+
 def write_cache(doc: object) -> Path:
+    """Write ``doc`` (text or JSON) sealed, as msvm would: what is tested is its validation."""
     path = persist.cache_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    text = doc if isinstance(doc, (str, bytes)) else json.dumps(doc)
+    assert write_sealed(path, text if isinstance(text, bytes) else text.encode(), suffix=persist.SUFFIX)
     return path
 
 
@@ -151,8 +157,7 @@ def write_cache(doc: object) -> Path:
 def test_a_bad_or_foreign_cache_file_is_ignored(mutate, words):
     fake_calibration()
     persist.save_db()
-    path = persist.cache_file()
-    write_cache(mutate(json.loads(path.read_text())))
+    write_cache(mutate(read_cache()))
     DB.reset()
     assert not DB.is_calibrated("cpu", "matmul")
     assert DB.cache_state.startswith("ignored") and words in DB.cache_state
@@ -161,18 +166,44 @@ def test_a_bad_or_foreign_cache_file_is_ignored(mutate, words):
 def test_a_cache_file_that_is_not_utf8_is_ignored():
     fake_calibration()
     persist.save_db()
-    persist.cache_file().write_bytes(b"\xff\xfe{" * 10)
+    write_cache(b"\xff\xfe{" * 10)
     DB.reset()
     assert not DB.is_calibrated("cpu", "matmul")
-    assert DB.cache_state.startswith("unreadable")
+    assert DB.cache_state.startswith("ignored") and "UnicodeDecodeError" in DB.cache_state
+
+
+def test_a_valid_cache_file_msvm_did_not_seal_is_ignored(monkeypatch, tmp_path):
+    fake_calibration()
+    persist.save_db()
+    doc = read_cache()
+    persist.cache_file().write_text(json.dumps(doc))  # planted in plain JSON, every number valid
+    DB.reset()
+    assert not DB.is_calibrated("cpu", "matmul") and "not sealed" in DB.cache_state
+    own_key = os.environ["MSVM_CACHE_KEY"]
+    monkeypatch.setenv("MSVM_CACHE_KEY", str(tmp_path / "other.key"))  # sealed by another user's key
+    write_cache(doc)
+    monkeypatch.setenv("MSVM_CACHE_KEY", own_key)
+    DB.reset()
+    assert not DB.is_calibrated("cpu", "matmul") and "not sealed" in DB.cache_state
+
+
+def test_a_group_writable_cache_folder_is_not_used(monkeypatch, tmp_path):
+    folder = tmp_path / "shared"
+    (folder / "msvm").mkdir(parents=True)
+    (folder / "msvm").chmod(0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    fake_calibration()
+    with pytest.warns(RuntimeWarning, match="group/world-writable"):
+        persist.save_db()
+    assert DB.cache_state.startswith("not saved") and not persist.cache_file().exists()
 
 
 def test_the_jit_launch_overhead_is_kept_with_the_rest_as_it_is_on_disk():
     fake_calibration()
     persist.save_db()
-    before = json.loads(persist.cache_file().read_text())
+    before = read_cache()
     assert persist.save_launch_overhead(1234).startswith("saved to ")
-    after = json.loads(persist.cache_file().read_text())
+    after = read_cache()
     assert after["jit"] == {"launch_overhead_ns": 1234} and after["devices"] == before["devices"]
     DB.reset()
     DB.ensure_loaded()
