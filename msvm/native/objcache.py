@@ -16,9 +16,9 @@ it. Every file (this one's and the JIT's, ``msvm.msjit.diskcache``) carries an H
 contents under the user's random key (``key_file``: mode 0600, outside every cache folder, so a cache
 copied in from elsewhere brings no key of its own), checked before anything reads the contents: a
 truncated, damaged or foreign file — another user's, another machine's, a restored CI cache's, one
-edited by hand — is ignored and compiled again, never loaded. The folders are the user's own (created
-0700); a folder or file owned by someone else, or a folder others may write to, is refused with a
-warning.
+edited by hand — is ignored and compiled again, never loaded (one warning per folder says so). The
+folders are the user's own (created 0700); a folder or file owned by someone else, or a folder others
+may write to, is refused with a warning.
 """
 
 from __future__ import annotations
@@ -175,8 +175,20 @@ def read_sealed(path: Path) -> bytes | None:
     n = len(_MAGIC)
     mac, body = data[n: n + _MAC], data[n + _MAC:]
     if data[:n] != _MAGIC or not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()):
+        _note_unsealed(path)
         return None
     return body
+
+
+def _note_unsealed(path: Path) -> None:
+    """Warn once per folder that a file there was ignored: the user learns that something wrote into
+    their cache (or damaged it) without a warning for every file of it."""
+    where = f"unsealed:{path.parent}"
+    if where not in _warned:
+        _warned.add(where)
+        warnings.warn(f"msvm: ignored {path}: it is damaged or was not written by msvm for this user "
+                      "(its seal does not check); what it held is computed afresh and written again",
+                      RuntimeWarning, stacklevel=3)
 
 
 def write_sealed(path: Path, body: bytes, keep: int | None = None, suffix: str = ".o") -> bool:

@@ -50,6 +50,17 @@ def test_a_second_process_loads_the_kernel_without_generating_or_compiling_it():
     assert objcache.object_path(("answer", 2)) != path  # another key, another file
 
 
+def test_damaged_files_in_one_folder_warn_once(tmp_path):
+    objcache._warned.clear()
+    for name in ("a.o", "b.o"):
+        assert objcache.write_sealed(tmp_path / name, b"code")
+        (tmp_path / name).write_bytes(b"planted")
+    with pytest.warns(RuntimeWarning) as seen:
+        assert objcache.read_sealed(tmp_path / "a.o") is None
+        assert objcache.read_sealed(tmp_path / "b.o") is None
+    assert len(seen) == 1
+
+
 DAMAGE = [lambda b: b[:-7], lambda b: b[:40] + bytes([b[40] ^ 1]) + b[41:], lambda b: b""]
 
 
@@ -59,7 +70,9 @@ def test_a_damaged_file_is_compiled_again_not_loaded(damage):
     objcache.cached_library(("answer", 1), builds, "answer")
     path = objcache.object_path(("answer", 1))
     path.write_bytes(damage(path.read_bytes()))
-    assert answer(objcache.cached_library(("answer", 1), builds, "answer")) == 42
+    objcache._warned.clear()
+    with pytest.warns(RuntimeWarning, match="seal does not check"):
+        assert answer(objcache.cached_library(("answer", 1), builds, "answer")) == 42
     assert builds.count == 2
     assert answer(objcache.cached_library(("answer", 1), builds, "answer")) == 42  # and it was repaired
     assert builds.count == 2
