@@ -172,7 +172,7 @@ def _read(path: Path) -> Read | None:
     try:
         (n,) = _HEAD.unpack_from(body)
         head = json.loads(body[_HEAD.size:_HEAD.size + n])
-    except (ValueError, struct.error):
+    except (ValueError, struct.error, RecursionError):
         return None
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         return None
