@@ -297,14 +297,17 @@ def _ln_applies(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> 
 
 
 def _make_layer_norm(attrs: Mapping[str, Any]) -> Callable[..., np.ndarray]:
-    normalized, eps = tuple(attrs["normalized_shape"]), attrs.get("eps", 1e-5)
-    n = math.prod(normalized)
+    # A normalized_shape read from registers (``x.shape[-1]``) is not among the site's static attributes:
+    # it arrives with every call, as the reference kernel gets it.
+    static, eps = attrs.get("normalized_shape"), attrs.get("eps", 1e-5)
     reference = get_op("layer_norm").kernel
 
-    def kernel(x: np.ndarray, weight: np.ndarray | None = None, bias: np.ndarray | None = None) -> np.ndarray:
+    def kernel(x: np.ndarray, weight: np.ndarray | None = None, bias: np.ndarray | None = None,
+               normalized_shape: Sequence[int] | None = static) -> np.ndarray:
+        normalized = tuple(normalized_shape)
         if any(a is not None and a.dtype != x.dtype for a in (weight, bias)):  # the result's dtype is theirs
             return reference(x, weight, bias, normalized_shape=normalized, eps=eps)
-        return layer_norm_rows(x, weight, bias, n, eps)
+        return layer_norm_rows(x, weight, bias, math.prod(normalized), eps)
 
     return kernel
 
