@@ -141,9 +141,15 @@ register(OpDef(
 
 
 def _bound_class(v: Dim, forward: bool) -> str:
-    """lo / hi (clamped to an end), P (counts from the front), N (counts from the back)."""
-    if not v.is_const:
+    """lo / hi (clamped to an end), P (counts from the front), N (counts from the back), S (either).
+
+    A symbolic bound is an expression of sizes (each >= 0): one whose terms show its sign is P or N;
+    one that may be either (``W - H - 3``) is S, and its length is Python's rule for both signs.
+    """
+    if v.is_unknown:
         return "P"
+    if not v.is_const:
+        return {1: "P", -1: "N"}.get(_sign(v), "S")
     value = v.value
     if value >= _HUGE:
         return "hi"
@@ -152,8 +158,39 @@ def _bound_class(v: Dim, forward: bool) -> str:
     return "P" if value >= 0 else "N"
 
 
+def _sign(v: Dim) -> int:
+    """1: ``v`` >= 0, -1: ``v`` < 0 for every size >= 0 of its symbols; 0: the terms do not tell."""
+    constant, signs = 0, set()
+    for k, factors in v.terms:
+        if not factors:
+            constant = k
+        elif all(isinstance(f, str) or _sign(f[1]) == _sign(f[2]) == 1 for f in factors):
+            signs.add(1 if k > 0 else -1)  # a product of sizes (or of floordiv/mod/min/max of them) is >= 0
+        else:
+            return 0
+    if signs <= {1} and constant >= 0:
+        return 1
+    if signs <= {-1} and constant < 0:
+        return -1
+    return 0
+
+
+def _position(v: Dim, cls: str, size: Dim, forward: bool) -> Dim:
+    """Where Python's slice puts bound ``v`` of class ``cls``: in [0, L] (step > 0) or [-1, L-1] (< 0)."""
+    top, low = (size, as_dim(0)) if forward else (size - 1, as_dim(-1))
+    if cls in ("lo", "hi"):
+        return low if cls == "lo" else top
+    if cls == "P":
+        return dmin(v, top)
+    if cls == "N":
+        return dmax(size + v, low)
+    # either sign: clamp into [low - L, top], then c // (L + 1) is -1 exactly for the negative ones
+    c = dmin(dmax(v, low - size), top)
+    return c - size * (c // (size + 1))
+
+
 def slice_length(size: Dim | int, start: Dim | int, stop: Dim | int, step: int) -> Dim:
-    """len(range(size)[start:stop:step]) as an exact expression (symbolic start/stop taken >= 0).
+    """len(range(size)[start:stop:step]) as an exact expression, for symbolic bounds of either sign.
 
     Python clamps a start/stop into [0, size] (step > 0) or [-1, size-1] (step < 0) after adding
     ``size`` to negative ones; each case below is that clamped difference, written in the simplest
@@ -165,7 +202,10 @@ def slice_length(size: Dim | int, start: Dim | int, stop: Dim | int, step: int) 
         return as_dim(len(range(L.value)[slice(s.value, e.value, step)]))
     forward = step > 0
     cs, ce = _bound_class(s, forward), _bound_class(e, forward)
-    if forward:
+    if "S" in (cs, ce):
+        first, last = _position(s, cs, L, forward), _position(e, ce, L, forward)
+        diff = dmax(last - first if forward else first - last, 0)
+    elif forward:
         # clamped positions: lo = 0, hi = L, P: min(v, L), N: max(L+v, 0); length = max(0, e' - s')
         if cs == "hi" or ce == "lo":
             diff = as_dim(0)
@@ -223,8 +263,9 @@ def _slice_infer(ctx: InferContext, x: TensorType, axes: Sequence[int], starts: 
     out = list(x.shape)
     for a, start, stop, step in zip(norm, starts, stops, steps):
         start, stop = as_dim(start), as_dim(stop)
-        _require_nonneg(ctx, start, f"slice start {start} on axis {a}")
-        _require_nonneg(ctx, stop, f"slice stop {stop} on axis {a}")
+        for what, bound in (("start", start), ("stop", stop)):
+            if _bound_class(bound, step > 0) == "P":  # taken to count from the front, as its terms say
+                _require_nonneg(ctx, bound, f"slice {what} {bound} on axis {a}")
         out[a] = slice_length(out[a], start, stop, step)
     return TensorType(ShapeSpec(out), x.dtype)
 

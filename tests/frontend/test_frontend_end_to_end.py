@@ -558,3 +558,28 @@ def test_debug_stepping_gives_the_call_result() -> None:
     program, name, args = row_sum.program_for(x)
     assert name == "row_sum" and len(args) == 1 and args[0] is x
     assert_same(program.function(name)(*args), row_sum(x))
+
+
+# -- slices whose bounds are computed from sizes ---------------------------------------------------------
+
+
+@jit
+def from_before_the_start(x: Tensor["N", "C", "H", "W"]):
+    h = -x.shape[2] - 3  # before the first row: numpy clamps it to 0
+    return x[:, :, h:, :]
+
+
+@jit
+def from_far_before(x: Tensor["N", "C", "H", "W"]):
+    h = x.shape[3] - x.shape[2] - 10**12  # either sign as far as the shapes tell: negative here
+    return x[:, :, h:, :], x[:, :, :h, :]
+
+
+def test_slice_start_before_the_axis_clamps_like_numpy() -> None:
+    x = rand(1, 2, 5, 3)
+    out = from_before_the_start(x)
+    assert out.shape == x.shape
+    np.testing.assert_array_equal(out, x)
+    whole, empty = from_far_before(x)  # no spurious E-LIMIT-TENSOR from an unclamped H - h
+    np.testing.assert_array_equal(whole, x)
+    assert empty.shape == (1, 2, 0, 3)

@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 
 from msvm.ops import REGISTRY, InferContext, OpTypeError, TensorType
 from msvm.ops.layout import SLICE_BEGIN, SLICE_END, slice_length
-from msvm.shapes import Dim, ShapeSpec
+from msvm.shapes import Dim, ShapeSpec, dmin
 
 SETTINGS = settings(max_examples=300, deadline=None)
 
@@ -156,6 +156,23 @@ def test_slice_length_exhaustive() -> None:
                 length = slice_length(L, start, stop, step)
                 for n in range(9):
                     assert length.evaluate({"L": n}) == len(range(n)[start:stop:step]), (start, stop, step, n)
+
+
+def test_slice_length_of_symbolic_bounds_of_either_sign_is_pythons() -> None:
+    """A bound computed from sizes (``W - H - 3``, ``-H - 3``) may be negative: the length still clamps it."""
+    L, A, B = Dim.sym("L"), Dim.sym("A"), Dim.sym("B")
+    bounds = [A, -A - 3, A - B - 2, -A, B + 1, -2, 3, SLICE_END, SLICE_BEGIN]
+    for start in bounds:
+        for stop in bounds:
+            for step in (1, 2, -1, -3):
+                length = slice_length(L, start, stop, step)
+                for n in range(5):
+                    for a in range(5):
+                        for b in range(4):
+                            env = {"L": n, "A": a, "B": b}
+                            s, e = (v if isinstance(v, int) else v.evaluate(env) for v in (start, stop))
+                            assert length.evaluate(env) == len(range(n)[s:e:step]), (start, stop, step, env)
+    assert slice_length(L, -A - 3, SLICE_END, 1) == dmin(A + 3, L)  # known negative: counts from the back
 
 
 def test_slice_full_and_constant_cases_are_simple() -> None:
