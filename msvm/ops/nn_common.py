@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..shapes import Dim, ShapeSpec, as_dim, ceildiv, dmax, dmin
-from .registry import InferContext, OpDef, OpTypeError, TensorType
+from .registry import InferContext, OpDef, OpTypeError, TensorType, eager_arrays
 
 NN = frozenset({"nn"})
 FLOAT_DTYPES = ("float32", "float64")
@@ -88,7 +88,7 @@ class NnOpDef(OpDef):
         inputs, attrs = self.bind(args, kwargs)
         self.check_arity(len(inputs))
         attrs = self.check_attrs(attrs)
-        arrays = [np.asarray(x) for x in inputs]
+        arrays = eager_arrays(inputs)
         types = [TensorType(ShapeSpec(a.shape), a.dtype.name) for a in arrays]
         self.infer(InferContext(), *types, **attrs)
         return self.kernel(*arrays, **attrs)

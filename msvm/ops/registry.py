@@ -267,7 +267,28 @@ class OpDef:
         inputs, attrs = self.bind(args, kwargs)
         self.check_arity(len(inputs))
         attrs = self.check_attrs(attrs)
-        return self.kernel(*[np.asarray(x) for x in inputs], **attrs)
+        return self.kernel(*eager_arrays(inputs), **attrs)
+
+
+def eager_arrays(inputs: Sequence[Any]) -> list[np.ndarray]:
+    """The inputs of an eager call as arrays, a Python scalar taking the dtype it meets (numpy 2's rule).
+
+    Why not ``np.asarray`` alone: it makes ``1.5`` a float64 array, so ``ops.add(float32 x, 1.5)`` would
+    be float64 where the compiled call (a weak Python scalar) and numpy's ``x + 1.5`` are float32.
+    """
+    arrays = [None if _python_scalar(x) else np.asarray(x) for x in inputs]
+    tensors = [a for a in arrays if a is not None]
+    if len(tensors) == len(arrays) or not tensors:
+        return [np.asarray(x) for x in inputs]
+    try:
+        dtype = np.result_type(*tensors, *(x for x in inputs if _python_scalar(x)))
+        return [np.asarray(x, dtype=dtype) if a is None else a for x, a in zip(inputs, arrays)]
+    except (TypeError, OverflowError):  # e.g. 300 with an int8 tensor: the kernel's own promotion decides
+        return [np.asarray(x) for x in inputs]
+
+
+def _python_scalar(x: Any) -> bool:
+    return isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic)
 
 
 def _check_attr_value(op: str, key: str, spec: Attr, value: Any) -> Any:

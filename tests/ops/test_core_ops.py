@@ -960,3 +960,15 @@ def test_kernel_errors_are_left_to_numpy() -> None:
         ops.take(np.zeros(3), np.array([3]))
     with pytest.raises(ValueError):
         ops.pow(np.array([2]), np.array([-1]))
+
+
+def test_eager_python_scalar_takes_the_tensor_dtype() -> None:
+    """``ops.add(float32 x, 1.5)`` is float32, as numpy's ``x + 1.5`` and the compiled call are."""
+    x = np.linspace(0.5, 2, 4, dtype=np.float32)
+    for name, expected in (("add", x + 1.5), ("pow", x ** 1.5), ("mul", x * 2)):
+        out = REGISTRY[name](x, 1.5 if name != "mul" else 2)
+        assert out.dtype == np.float32 == expected.dtype, name
+        np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert ops.where(x > 1, x, 0.5).dtype == np.float32
+    assert ops.add(np.arange(3, dtype=np.int32), 2).dtype == np.int32
+    assert ops.add(np.arange(3, dtype=np.int32), 1.5).dtype == np.float64  # an int tensor meets a float
