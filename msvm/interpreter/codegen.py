@@ -101,7 +101,7 @@ def generate(
     w.emit(1, "except Exception as exc:")
     w.emit(2, "raise FAULT(exc) from exc")
     source = "\n".join(w.lines) + "\n"
-    filename = f"<msvm {fn.name}{' traced' if traced else ''} #{next(_serial)}>"
+    filename = f"<msvm {code_name(fn.name)}{' traced' if traced else ''} #{next(_serial)}>"
     namespace = dict(names)
     for step in steps:
         namespace.update(step.names)
@@ -111,6 +111,12 @@ def generate(
     exec(code, namespace)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     return Generated(namespace["run"], source, filename, w.line_address)
+
+
+def code_name(name: str) -> str:
+    """A bytecode function's name as Python code may carry it: a bytecode name is any string, and
+    ``compile()`` refuses a file name with a NUL, so a name with unprintable characters is escaped."""
+    return name if name.isprintable() else ascii(name)
 
 
 def _entry_key(info: FunctionInfo) -> str:

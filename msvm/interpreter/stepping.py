@@ -15,6 +15,7 @@ import numpy as np
 from ..bytecode.module import Instruction
 from ..context import CONTEXT
 from ..errors import MsvmError, format_address
+from .codegen import code_name
 from .lowering import PHIS, Step
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class Execution:
             else:
                 code = self._code.get(step.address)
                 if code is None:
-                    code = self._code[step.address] = compile(step.line, self.exe.name, "exec")
+                    code = self._code[step.address] = compile(step.line, code_name(self.exe.name), "exec")
                 exec(code, self.namespace, self.regs)
                 self.index += 1
         except MsvmError:

@@ -38,6 +38,11 @@ _FUNCS = frozenset({"ceildiv", "floordiv", "mod", "min", "max"})
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def is_symbol_name(name: object) -> bool:
+    """Can ``name`` name a size: an identifier that is not one of the shape functions (``min``, ...)."""
+    return isinstance(name, str) and _NAME_RE.fullmatch(name) is not None and name not in _FUNCS
+
+
 class ShapeSyntaxError(ValueError):
     """Text that is not a dim or shape spec; ``pos`` is the 0-based offset of the offending character."""
 
@@ -155,7 +160,7 @@ class Dim:
 
     @staticmethod
     def sym(name: str) -> Dim:
-        if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in _FUNCS:
+        if not is_symbol_name(name):
             raise ValueError(f"not a valid symbol name: {name!r}")
         return _make({(name,): 1})
 

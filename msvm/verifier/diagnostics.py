@@ -6,6 +6,7 @@ add codes, never rename them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import SourceLoc, format_address
@@ -31,7 +32,7 @@ CODES: dict[str, str] = {
     "BAD-DEVICE": "an unknown device name",
     "BAD-SCALAR-OP": "an unknown SCALAR_OP operator",
     "BAD-PREDICATE": "an unknown CMP predicate",
-    "BAD-SYMBOL": "a symbol name that is not an identifier",
+    "BAD-SYMBOL": "a symbol name that is not an identifier, or is a shape function's (min, max, ...)",
     # arguments
     "ARG-RANGE": "an input index beyond the function's parameters",
     "ARG-DUPLICATE": "a parameter declared twice",
@@ -77,9 +78,41 @@ CODES: dict[str, str] = {
 }
 
 
+MAX_FIELD = 400  # characters kept of each text field of a diagnostic
+
+
+def clip(text: str | None) -> str | None:
+    """``text`` cut to ``MAX_FIELD`` characters, saying how much was left out.
+
+    Why: a ``.msbc`` string table stores a name once however often it is used, so a long name that
+    every instruction repeats would otherwise make the diagnostics quadratic in the file's size.
+    """
+    if text is None or len(text) <= MAX_FIELD:
+        return text
+    return f"{text[: MAX_FIELD - 40]}... ({len(text) - MAX_FIELD + 40} more characters)"
+
+
+def listing(items: Sequence[str], sep: str = ", ", total: int | None = None) -> str:
+    """``items`` joined by ``sep`` up to about ``MAX_FIELD`` characters, then ``... and N more``;
+    ``total`` counts items beyond those given (a caller that kept only the first few)."""
+    shown: list[str] = []
+    size = 0
+    for item in items:
+        if shown and size + len(item) > MAX_FIELD:
+            break
+        shown.append(clip(item))
+        size += len(shown[-1]) + len(sep)
+    more = (len(items) if total is None else total) - len(shown)
+    return sep.join([*shown, f"... and {more} more"] if more else shown)
+
+
 @dataclass(frozen=True)
 class Diagnostic:
-    """One verifier finding: where (address, opcode), what was expected and found, and a hint."""
+    """One verifier finding: where (address, opcode), what was expected and found, and a hint.
+
+    Text fields longer than ``MAX_FIELD`` characters are clipped (the function name when printed), so
+    the size of a diagnostic's text is bounded.
+    """
 
     code: str
     message: str
@@ -91,6 +124,10 @@ class Diagnostic:
     hint: str | None = None
     source: SourceLoc | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("message", "opcode", "expected", "found", "hint"):  # function: kept whole, to look up
+            object.__setattr__(self, name, clip(getattr(self, name)))
+
     def __str__(self) -> str:
         where = "error"
         if self.address is not None:
@@ -98,12 +135,12 @@ class Diagnostic:
             if self.opcode:
                 where += f" ({self.opcode})"
         elif self.function:
-            where += f" in function {self.function}"
+            where += f" in function {clip(self.function)}"
         text = f"{where}: [{self.code}] {self.message}"
         if self.expected is not None or self.found is not None:
             text += f"; expected {self.expected}, found {self.found}"
         if self.source is not None:
-            text += f" [{self.source}]"
+            text += f" [{clip(str(self.source))}]"
         if self.hint:
             text += f"\n    hint: {self.hint}"
         return text
@@ -118,7 +155,7 @@ class Diagnostic:
             "expected": self.expected,
             "found": self.found,
             "hint": self.hint,
-            "source": str(self.source) if self.source else None,
+            "source": clip(str(self.source)) if self.source else None,
         }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -20,8 +21,9 @@ from ..bytecode.opcodes import DEVICES, DTYPES, PREDICATES, SCALAR_OPS, Kind
 from ..errors import ShapeError, VerifyError
 from ..ops.registry import REGISTRY, Guard, InferContext, OpTypeError, TensorType
 from ..shapes import UNKNOWN, Dim, ShapeSpec, ceildiv, dmax, dmin, prove_equal
+from ..shapes.expr import is_symbol_name
 from .cfg import CFG, build_cfg
-from .diagnostics import CODES, Diagnostic, full_code
+from .diagnostics import CODES, Diagnostic, full_code, listing
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_REGS = 1 << 20  # the same cap the binary and text formats enforce
@@ -73,6 +75,31 @@ class _Report(Exception):
     """Raised inside a check to abandon the current instruction after recording a diagnostic."""
 
 
+MERGE_KEPT = 8  # cases a merged diagnostic keeps to spell out; the rest are only counted
+
+
+class _Merged:
+    """The cases of one kind of problem at one instruction, gathered while the passes run and written
+    into its diagnostic once at the end: joining texts per case would cost the square of their number."""
+
+    def __init__(self, index: int, message: str, found: Any) -> None:
+        self.index = index  # of the diagnostic in the module's list
+        self.count = 1
+        self.messages = [message]
+        self.founds = [] if found is None else [str(found)]
+
+    def add(self, message: str, found: Any) -> None:
+        self.count += 1
+        if len(self.messages) < MERGE_KEPT:
+            self.messages.append(message)
+            if found is not None:
+                self.founds.append(str(found))
+
+    def merged(self, first: Diagnostic) -> Diagnostic:
+        found = listing(self.founds, total=self.count) if self.founds else None
+        return replace(first, message=listing(self.messages, "; ", self.count), found=found)
+
+
 class FunctionChecker:
     def __init__(self, module: Module, fn: Function, base: int, diags: list[Diagnostic]) -> None:
         self.module, self.fn, self.base, self.diags = module, fn, base, diags
@@ -86,7 +113,7 @@ class FunctionChecker:
         self.defs: list[tuple[int, int] | None] = [None] * min(max(fn.num_regs, 0), MAX_REGS + 1)
         self.bad_regs: set[int] = set()  # registers already reported; later passes stay quiet
         self.reported: set[int] = set()  # id() of instructions already reported; the type pass skips them
-        self.merged: dict[tuple[str, int], int] = {}  # (code, id(instruction)) → index of its diagnostic
+        self.merged: dict[tuple[str, int], _Merged] = {}  # (code, id(instruction)) → its cases so far
         self.types: list[RegType | None] = [None] * min(max(fn.num_regs, 0), MAX_REGS + 1)
         self.attrs: dict[int, dict[str, Any]] = {}
         self.guards: dict[int, list[Guard]] = {}
@@ -111,13 +138,11 @@ class FunctionChecker:
         if ins is not None:
             self.reported.add(id(ins))
             opcode = ins.name + (f" {ins.args[0]}" if ins.name == "OP_CALL" else "")
-            first = self.merged.get((code, id(ins)))
-            if first is not None:  # one diagnostic per kind of problem per instruction, naming every case
-                d = self.diags[first]
-                both = ", ".join(str(f) for f in (d.found, found) if f is not None) or None
-                self.diags[first] = replace(d, message=f"{d.message}; {message}", found=both)
+            group = self.merged.get((code, id(ins)))
+            if group is not None:  # one diagnostic per kind of problem per instruction, naming its cases
+                group.add(message, found)
                 return
-            self.merged[(code, id(ins))] = len(self.diags)
+            self.merged[(code, id(ins))] = _Merged(len(self.diags), message, found)
         self.diags.append(
             Diagnostic(
                 full_code(code),
@@ -153,8 +178,8 @@ class FunctionChecker:
                 found=fn.num_regs,
             )
             return False
-        if len(set(fn.params)) != len(fn.params):
-            dup = next(p for p in fn.params if fn.params.count(p) > 1)
+        dup = next((p for p, n in Counter(fn.params).items() if n > 1), None)
+        if dup is not None:
             self.report("DUPLICATE-PARAM", f"parameter {dup!r} appears twice in {fn.name}")
         for bi, block in enumerate(fn.blocks):
             if not block.instructions:
@@ -265,8 +290,14 @@ class FunctionChecker:
                     found=f"k{value}",
                 )
         elif kind is Kind.SYMBOL:
-            if not isinstance(value, str) or not IDENT.match(value):
-                self.fail("BAD-SYMBOL", f"symbol {value!r} is not an identifier", ins)
+            if not is_symbol_name(value):
+                reserved = isinstance(value, str) and IDENT.match(value)  # min, max, ...: shape functions
+                self.fail(
+                    "BAD-SYMBOL",
+                    f"symbol {value!r} is {'a shape function name' if reserved else 'not an identifier'}",
+                    ins,
+                    hint="rename the symbol" if reserved else None,
+                )
         elif kind is Kind.SCALAR_OP:
             if value not in SCALAR_OPS:
                 self.fail(
@@ -471,6 +502,8 @@ class FunctionChecker:
         declared: dict[int, Instruction] = {}
         symbols: dict[str, Instruction] = {}
         bound: set[str] = set()
+        # once, not per report: a function may have as many bad inputs as parameters
+        names = listing(self.fn.params) or "no parameters"
         for bi, _, ins in self.fn.instructions():
             if ins.name not in ("TENSOR_CREATE", "SCALAR_ARG"):
                 continue
@@ -478,7 +511,6 @@ class FunctionChecker:
             if ins.name == "TENSOR_CREATE" and arg == -1:
                 continue
             if not 0 <= arg < len(self.fn.params):
-                names = ", ".join(self.fn.params) or "no parameters"
                 self.report(
                     "ARG-RANGE",
                     f"input #{arg} does not exist",
@@ -823,6 +855,14 @@ class FunctionChecker:
             )
 
     def run(self) -> FunctionInfo | None:
+        try:
+            return self.run_passes()
+        finally:
+            for group in self.merged.values():
+                if group.count > 1:
+                    self.diags[group.index] = group.merged(self.diags[group.index])
+
+    def run_passes(self) -> FunctionInfo | None:
         if not self.check_structure():
             return None
         cfg = build_cfg(self.fn)
