@@ -21,12 +21,22 @@ from .errors import (
     KernelError,
     KernelNotFoundError,
     MsvmError,
+    OnnxImportError,
     ResourceLimitError,
     ShapeError,
     VerifyError,
 )
 from .frontend import Tensor, jit, load, mutable, save, symbolic_mul
 from .validate import validate
+
+
+def __getattr__(name: str):
+    """``ms.onnx``: the ONNX importer, imported on first use (``import msvm`` never loads onnx)."""
+    if name == "onnx":
+        import importlib
+
+        return importlib.import_module(".onnx", __name__)
+    raise AttributeError(f"module 'msvm' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython) -> None:  # pragma: no cover - exercised by the widget tests
@@ -44,6 +54,7 @@ __all__ = [
     "KernelNotFoundError",
     "Module",
     "MsvmError",
+    "OnnxImportError",
     "ResourceLimitError",
     "ShapeError",
     "Tensor",

@@ -166,6 +166,13 @@ class JitError(MsvmError):
     default_code = "E-JIT"
 
 
+class OnnxImportError(MsvmError):
+    """An ONNX model msvm cannot import: an unsupported op or attribute (naming the node, its op type,
+    opset and what is supported), or a file that is malformed, truncated, oversized or unsafe."""
+
+    default_code = "E-ONNX"
+
+
 __all__ = [
     "BytecodeFormatError",
     "CompileError",
@@ -173,6 +180,7 @@ __all__ = [
     "KernelError",
     "KernelNotFoundError",
     "MsvmError",
+    "OnnxImportError",
     "ResourceLimitError",
     "ShapeError",
     "SourceLoc",

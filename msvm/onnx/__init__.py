@@ -1,0 +1,52 @@
+"""``ms.onnx``: import ONNX models onto msvm — ``ms.onnx.load(path | bytes | ModelProto, **jit_options)``.
+
+The graph becomes one MS-BC function (``msvm/onnx/graph.py``; the converters of each op family in
+``convert_*.py``) that runs through the normal verify / interpret / JIT path. Imported only when
+``ms.onnx`` is first used; the ``onnx`` package itself only when a model is loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import OnnxImportError
+from ..options import parse_options
+from . import convert_nn, convert_tensor  # noqa: F401  (registers the converters)
+from .graph import CONVERTERS, Importer, node_label, unsupported_reason
+from .model import OnnxFunction, OnnxModel
+from .proto import read_model
+
+
+def load(source: Any, **jit_options: Any) -> OnnxModel:
+    """Import an ONNX model (a path, bytes or an ``onnx.ModelProto``) as an msvm model."""
+    options = parse_options(jit_options)
+    src = read_model(source)
+    importer = Importer(src)
+    module = importer.build()
+    function = OnnxFunction(
+        importer.fb.function.name, module, importer.input_dtypes, len(importer.output_names), options
+    )
+    return OnnxModel(function, [i.name for i in importer.inputs], importer.output_names, importer.symbols)
+
+
+def check(source: Any) -> list[OnnxImportError]:
+    """Every node of the model whose op or attribute values are not supported (empty: all are)."""
+    src = read_model(source)
+    opset = next((o.version for o in src.model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    problems = []
+    importer = None
+    for index, node in enumerate(src.model.graph.node):
+        reason = unsupported_reason(node, opset)
+        if reason is not None:
+            importer = importer or Importer.__new__(Importer)
+            importer.opset = opset
+            problems.append(Importer.node_error(importer, node, index, reason))
+    return problems
+
+
+def supported_ops() -> list[str]:
+    """The ONNX op types the importer translates."""
+    return sorted(CONVERTERS)
+
+
+__all__ = ["OnnxFunction", "OnnxModel", "check", "load", "node_label", "supported_ops"]
