@@ -25,7 +25,7 @@ from typing import Any
 from ..ops.registry import TensorType
 from ..verifier import FunctionInfo
 from .layouts import Borders, conv_borders, in_layouts
-from .lowering import Step, entry_evaluable, is_call, reg
+from .lowering import Step, is_call, reg
 
 PRODUCERS = ("conv2d", "linear")  # ops whose kernels may take an epilogue
 
@@ -54,13 +54,13 @@ def _chain(steps: list[Step], i: int, info: FunctionInfo, readers: Counter) -> l
     if not any(is_call(producer, op, info) for op in PRODUCERS) or len(producer.ins["dsts"]) != 1:
         return []
     value, chain = producer.ins["dsts"][0], [producer]
-    if not entry_evaluable(info.types[value], info):  # its size is checked by a wrapper: keep that
+    if producer.runtime_sized:  # its dispatcher checks its size per call: keep each kernel's check
         return []
     for op in ("add", "relu"):
         if len(steps) <= i + len(chain):
             break
         step = steps[i + len(chain)]
-        srcs = step.ins["srcs"] if is_call(step, op, info) else ()
+        srcs = step.ins["srcs"] if is_call(step, op, info) and not step.runtime_sized else ()
         if value not in srcs or readers[value] != 1 or step.block != producer.block:
             continue
         if op == "add" and not (len(srcs) == 2 and srcs[0] != srcs[1] and _same_type(info, *srcs)):

@@ -17,12 +17,11 @@ import numpy as np
 from ..bytecode.module import Instruction, Module, RegRef
 from ..bytecode.opcodes import Kind
 from ..context import CONTEXT
-from ..errors import ResourceLimitError, ShapeError
 from ..ops.registry import REGISTRY, OpDef, TensorType
+from ..runtime.limits import check_size
 from ..runtime.mempool import POOL
 from ..scheduler import Choice, Dispatcher, bind_site
 from ..scheduler.capability import REFERENCE_DEVICE, REFERENCE_KIND
-from ..shapes import ShapeSpec
 from ..verifier import FunctionInfo
 
 PHIS = ("TENSOR_PHI", "SCALAR_PHI")
@@ -52,6 +51,9 @@ class Step:
     reason: str = ""  # why (shown by the debugger and the trace)
     dispatcher: Dispatcher | None = None  # set when the variant is chosen per call
     release: tuple[int, ...] = ()  # tensor registers that die here (deleted after the line runs)
+    # its results' sizes are known only when it runs (``runtime_sized``): the entry check does not
+    # bound them, its kernel checks them before allocating
+    runtime_sized: bool = False
 
     @property
     def opname(self) -> str:
@@ -70,15 +72,42 @@ def reg(r: int) -> str:
 
 def lower_function(info: FunctionInfo, module: Module) -> list[Step]:
     steps = []
+    unsound = unsound_types(info)
     for bi, ii, ins in info.function.instructions():
         address = info.address(bi, ii)
-        step = Step(address, bi, ins, "")
+        step = Step(address, bi, ins, "", runtime_sized=address in unsound)
         if ins.name not in PHIS and not ins.opcode.is_terminator:
             _LOWER[ins.name](step, info, module)
         steps.append(step)
     if CONTEXT.enable_mem_reuse:
         mark_last_uses(info, steps)
     return steps
+
+
+def unsound_types(info: FunctionInfo) -> set[int]:
+    """Addresses of the instructions whose results' static types may not be their run-time shapes.
+
+    A broadcast the verifier could not decide keeps one side as the result (``broadcast_dims``): when
+    that side is a symbol that is 1 at run time and the other larger, numpy broadcasts to the other —
+    ``a + b`` on unannotated (n, 1) and (1, n) is (n, n), typed (n, 1). Such a result, and everything
+    computed from it (a fixed point over every register read, phis and attributes included), has its
+    size checked where it is made rather than at entry from its type.
+    """
+    guarded = {a for a, guards in info.guards.items()
+               if any(g.broadcast and not g.a.is_const for g in guards)}
+    tainted: set[int] = set()
+    unsound: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for bi, ii, ins in info.function.instructions():
+            address = info.address(bi, ii)
+            if address in unsound or not (address in guarded or any(r in tainted for r in ins.reads())):
+                continue
+            unsound.add(address)
+            tainted.update(ins.writes())
+            changed = True
+    return unsound
 
 
 def mark_last_uses(info: FunctionInfo, steps: list[Step]) -> None:
@@ -192,26 +221,6 @@ def _allocator(address: int, dtype: np.dtype):
     return alloc
 
 
-def check_size(address: int, shape: tuple[int, ...], itemsize: int, opcode: str) -> None:
-    """Raise before allocating a tensor with a negative or over-limit size."""
-    if any(d < 0 for d in shape):
-        raise ShapeError(
-            f"negative size in shape {shape}", code="E-SHAPE-NEGATIVE", address=address, opcode=opcode
-        )
-    nbytes = itemsize
-    for d in shape:
-        nbytes *= d
-    if nbytes > CONTEXT.max_tensor_bytes:
-        raise ResourceLimitError(
-            f"a tensor of shape {shape} needs {nbytes:,} bytes, "
-            f"over max_tensor_bytes={CONTEXT.max_tensor_bytes:,}",
-            code="E-LIMIT-TENSOR",
-            address=address,
-            opcode=opcode,
-            hint="raise it with ms.set_context(max_tensor_bytes=...) if this size is intended",
-        )
-
-
 def _tensor_free(step: Step, info: FunctionInfo, module: Module) -> None:
     step.line = f"del {reg(step.ins['src'])}"
 
@@ -263,10 +272,12 @@ def _op_call(step: Step, info: FunctionInfo, module: Module) -> None:
     dynamic = {k: v for k, v in attrs.items() if has_reg(v)}
     in_types = [info.types[r] for r in ins["srcs"]]
     out_types = [info.types[r] for r in ins["dsts"]]
-    binding = bind_site(op, static, in_types, out_types, address=step.address)
-    kernel = binding.kernel
     if not all(entry_evaluable(t, info) for t in out_types):
-        kernel = _size_checked(kernel, op, attrs, step.address)
+        step.runtime_sized = True
+    # a site sized at run time gets a dispatcher that checks its outputs once per input shapes
+    binding = bind_site(op, static, in_types, out_types, address=step.address,
+                        check_outputs=step.runtime_sized)
+    kernel = binding.kernel
     step.variant, step.reason, step.dispatcher = binding.variant, binding.reason, binding.dispatcher
     k = f"K{step.address}"
     step.names[k] = kernel
@@ -308,29 +319,6 @@ def entry_evaluable(t: TensorType | None, info: FunctionInfo) -> bool:
     return isinstance(t, TensorType) and all(
         not d.is_unknown and d.free_symbols <= info.entry_symbols for d in t.shape
     )
-
-
-def _size_checked(kernel, op: OpDef, attrs: dict, address: int):
-    """Wrap a kernel whose output size is only known at run time with a pre-allocation check.
-
-    The op's own shape function, evaluated on the concrete inputs, gives the output size before
-    the kernel allocates it; only calls whose sizes the entry check could not bound pay for this.
-    """
-    from ..ops.registry import InferContext
-
-    def checked(*arrays, **dyn):
-        concrete = {**attrs, **dyn}
-        types = [TensorType(ShapeSpec.of(list(a.shape)), a.dtype.name) for a in arrays]
-        try:
-            outs = op.infer(InferContext(), *types, **concrete)
-        except Exception:  # the kernel itself will report the problem with full context
-            outs = ()
-        for t in [outs] if isinstance(outs, TensorType) else outs:
-            if t.shape.is_static:
-                check_size(address, t.shape.evaluate({}), np.dtype(t.dtype).itemsize, f"OP_CALL {op.name}")
-        return kernel(*arrays, **dyn)
-
-    return checked
 
 
 _LOWER = {

@@ -238,9 +238,12 @@ class Executable:
         and zeros of those of constant shape (checked here, once), and per symbolic shape (dims, item
         size, how many, the first one's address and opcode, the addresses of TENSOR_CREATE -1 zeros),
         in order of first occurrence — a size check names the first register too big, as one per
-        register did. The others are sized at run time, and checked where they are allocated."""
+        register did. The others — and those of ``runtime_sized`` steps, whose types may not be their
+        run-time shapes — are sized at run time, and checked where they are allocated."""
         groups: dict[tuple[Any, int], tuple[Any, int, int, Step, list[int]]] = {}
         for step in self.steps:
+            if step.runtime_sized:
+                continue
             for r in step.ins.writes():
                 t = self.info.types[r]
                 if not isinstance(t, TensorType) or any(d.is_unknown or not d.free_symbols <= bound

@@ -62,6 +62,26 @@ def nbytes(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> float
     return 4.0 * (sum(math.prod(s) for s in shapes[:3]) + batch * length * ev + 4 * batch * length * source)
 
 
+def workspace(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any], itemsize: int) -> int:
+    """Bytes a call allocates besides its output: the scores [..., L, S] (and a causal mask as large)."""
+    dims = _dims(shapes)
+    if dims is None:
+        return 0
+    batch, length, source, _, _ = dims
+    mask = length * source * (itemsize + 1) if attrs.get("is_causal") else 0
+    return batch * length * source * itemsize + mask
+
+
+def reference_workspace(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any], itemsize: int) -> int:
+    """The op's reference kernel (``msvm.ops.attention``): the scores, their exponentials and the weights
+    are alive together, each [..., L, S] (any mask comes from the caller)."""
+    if len(shapes) < 3 or any(len(s) < 2 for s in shapes[:3]):
+        return 0
+    q, k = shapes[0], shapes[1]
+    batch = math.prod(np.broadcast_shapes(q[:-2], k[:-2]))
+    return 3 * batch * q[-2] * k[-2] * itemsize
+
+
 def make(attrs: Mapping[str, Any]) -> Kernel:
     """The ``pool`` kernel: ``kernel(q, k, v, attn_mask=None)`` like the reference."""
     reference = get_op("scaled_dot_product_attention").kernel

@@ -133,6 +133,18 @@ def conv_flops(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> f
     return geo.flops if geo else 0.0
 
 
+def reference_workspace(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any], itemsize: int) -> int:
+    """Bytes the op's reference kernel (``msvm.ops.conv``) allocates besides its output: the whole column
+    matrix [C·KH·KW, N·OH·OW] and the zero-padded copy of x."""
+    geo = conv_geometry(shapes, attrs)
+    if geo is None:
+        return 0
+    columns = geo.c_in * geo.kh * geo.kw * geo.n * geo.oh * geo.ow
+    rows, cols = geo.h + geo.pad_top + geo.pad_bottom, geo.w + geo.pad_left + geo.pad_right
+    padded = geo.n * geo.c_in * rows * cols if geo.padded else 0
+    return (columns + padded) * itemsize
+
+
 def conv_bytes(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> float:
     """Bytes every variant must move at least (x, weight and output once, float32)."""
     geo = conv_geometry(shapes, attrs)

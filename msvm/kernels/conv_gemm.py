@@ -6,6 +6,11 @@ all for a stride-1 1×1 conv, whose input already is that matrix), calls the fas
 found at run time through its address (``blas.best_gemm``), then adds the bias and an optional
 fused ReLU. The whole call runs without the GIL; BLAS uses its own threads for the GEMM, the
 column copy runs on the calling thread. The driver is compiled once per dtype and BLAS ABI.
+
+The column matrix is built a band of output rows at a time (the driver called once per band) when
+one image's would be larger than ``COL_MAX_BYTES`` or ``max_tensor_bytes``: past that size a wider
+GEMM gains nothing, and a large kernel over many channels would need gigabytes (11×11 over 256
+channels at 512²: 32 GiB for a 4 MB output). ``workspace`` is what a call allocates for it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
+from ..context import CONTEXT
 from ..native import blas
 from ..native.blas_ir import abi_key, emit_gemm
 from ..native.irhelpers import (
@@ -46,10 +52,13 @@ from .conv_common import (
 from .native import I64 as C_I64
 from .native import PTR, float_name, native_function, ptr
 
+# OH is the band's rows and PT the padding above its first row; OPLANE is the elements of one output
+# channel (all its rows), O0 where the band starts in it
 _ARG_NAMES = ("N", "C", "H", "W", "OC", "OH", "OW", "KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW", "groups",
-              "flags")
+              "flags", "OPLANE", "O0")
 _ARGTYPES = [PTR] * 5 + [C_I64] + [C_I64] * len(_ARG_NAMES)
 FLAG_BIAS, FLAG_RELU, FLAG_DIRECT = 1, 2, 4
+COL_MAX_BYTES = 64 << 20  # a larger column matrix is built a band of output rows at a time
 
 
 def _build_ir(entry: blas.GemmEntry) -> str:
@@ -63,7 +72,7 @@ def _build_ir(entry: blas.GemmEntry) -> str:
     _, b, a = define(module, "conv_gemm", VOID, args, noalias=("x", "w", "bias", "out", "col"),
                      no_builtins=True)
     c_in, h, w, oc, oh_n, ow_n, kh_n, kw_n = (a[n] for n in ("C", "H", "W", "OC", "OH", "OW", "KH", "KW"))
-    groups, flags = a["groups"], a["flags"]
+    groups, flags, plane = a["groups"], a["flags"], a["OPLANE"]
     cg = b.sdiv(c_in, groups)
     ocg = b.sdiv(oc, groups)
     k_total = b.mul(b.mul(cg, kh_n), kw_n)
@@ -78,15 +87,15 @@ def _build_ir(entry: blas.GemmEntry) -> str:
                 _emit_im2col(b, a, xg, cg, zero)
             src = b.select(direct, xg, a["col"])
             wg = gep(b, a["w"], b.mul(b.mul(g, ocg), k_total))
-            og = gep(b, a["out"], b.mul(b.add(b.mul(n, oc), b.mul(g, ocg)), ohw))
+            og = gep(b, a["out"], b.add(b.mul(b.add(b.mul(n, oc), b.mul(g, ocg)), plane), a["O0"]))
             emit_gemm(b, entry, a["gemm"], trans_a=False, trans_b=False, m=ocg, n=ohw, k=k_total, alpha=1.0,
-                      a=wg, lda=k_total, b=src, ldb=ohw, beta=0.0, c=og, ldc=ohw)
+                      a=wg, lda=k_total, b=src, ldb=ohw, beta=0.0, c=og, ldc=plane)
         with b.if_then(b.icmp_signed("!=", b.and_(flags, i64(FLAG_BIAS | FLAG_RELU)), i64(0))):
             has_bias = b.icmp_signed("!=", b.and_(flags, i64(FLAG_BIAS)), i64(0))
             relu = b.icmp_signed("!=", b.and_(flags, i64(FLAG_RELU)), i64(0))
             with for_range(b, 0, oc, name="ep_c") as c:
                 bias_c = bias_or_zero(b, has_bias, gep(b, a["bias"], c))
-                row = gep(b, a["out"], b.mul(b.add(b.mul(n, oc), c), ohw))
+                row = gep(b, a["out"], b.add(b.mul(b.add(b.mul(n, oc), c), plane), a["O0"]))
                 with for_range(b, 0, ohw, name="ep_i") as i:
                     slot = gep(b, row, i)
                     v = b.fadd(b.load(slot), bias_c)
@@ -136,17 +145,48 @@ def conv2d_gemm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, geo:
                 entry: blas.GemmEntry, *, direct: bool = False, relu: bool = False) -> np.ndarray:
     """The convolution as [N, C_out, OH, OW] through ``entry`` (x 4-D C-contiguous, weight's dtype).
 
-    ``direct`` skips the column matrix (only valid for a stride-1, unpadded 1×1 conv).
+    ``direct`` skips the column matrix (only valid for a stride-1, unpadded 1×1 conv); otherwise it is
+    built ``band_rows`` output rows at a time.
     """
     w = np.ascontiguousarray(weight)
     out = output_array(geo, x.dtype)
-    col = x if direct else mempool.kernel_empty((geo.c_group * geo.kh * geo.kw * geo.oh * geo.ow,), x.dtype)
+    rows = geo.oh if direct else band_rows(geo, x.itemsize)
+    col = x if direct else mempool.kernel_empty((_column_elements(geo, rows),), x.dtype)
     b = bias if bias is None else np.ascontiguousarray(bias)
     flags = (FLAG_BIAS if b is not None else 0) | (FLAG_RELU if relu else 0) | (FLAG_DIRECT if direct else 0)
-    _driver(entry)(ptr(x), ptr(w), ptr(b) if b is not None else None, ptr(out), ptr(col), entry.address,
-                   geo.n, geo.c_in, geo.h, geo.w, geo.c_out, geo.oh, geo.ow, geo.kh, geo.kw, geo.sh, geo.sw,
-                   geo.pad_top, geo.pad_left, geo.dh, geo.dw, geo.groups, flags)
+    driver = _driver(entry)
+    for oh0 in range(0, geo.oh, rows):
+        driver(ptr(x), ptr(w), ptr(b) if b is not None else None, ptr(out), ptr(col), entry.address,
+               geo.n, geo.c_in, geo.h, geo.w, geo.c_out, min(rows, geo.oh - oh0), geo.ow, geo.kh, geo.kw,
+               geo.sh, geo.sw, geo.pad_top - oh0 * geo.sh, geo.pad_left, geo.dh, geo.dw, geo.groups, flags,
+               geo.oh * geo.ow, oh0 * geo.ow)
     return out
+
+
+def _column_elements(geo: ConvGeometry, rows: int) -> int:
+    """Elements of the column matrix of ``rows`` output rows of one image and group."""
+    return geo.c_group * geo.kh * geo.kw * rows * geo.ow
+
+
+def band_rows(geo: ConvGeometry, itemsize: int) -> int:
+    """Output rows per column matrix: all of them while it fits in ``COL_MAX_BYTES`` and the tensor
+    limit, else as many as fit (at least one: ``workspace_im2col`` then says it is over the limit)."""
+    budget = min(COL_MAX_BYTES, CONTEXT.max_tensor_bytes)
+    return max(1, min(geo.oh, budget // max(1, _column_elements(geo, 1) * itemsize)))
+
+
+def workspace_im2col(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any], itemsize: int) -> int:
+    """Bytes of the column matrix ``im2col_gemm`` allocates (a band of it: ``band_rows``)."""
+    geo = conv_geometry(shapes, attrs)
+    return 0 if geo is None else _column_elements(geo, band_rows(geo, itemsize)) * itemsize
+
+
+def workspace_1x1(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any], itemsize: int) -> int:
+    """``direct_1x1``'s: none at stride 1 (the GEMM reads x itself), else the gathered input's band."""
+    geo = conv_geometry(shapes, attrs)
+    if geo is None or (geo.sh, geo.sw) == (1, 1):
+        return 0
+    return _column_elements(geo, band_rows(geo, itemsize)) * itemsize
 
 
 def is_1x1(geo: ConvGeometry) -> bool:

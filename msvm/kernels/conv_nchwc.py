@@ -494,6 +494,20 @@ def conv2d_nchwc(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, geo
     return out
 
 
+def workspace(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any], itemsize: int) -> int:
+    """Bytes a call allocates besides its output: the packed weights and bias (whole tiles of output
+    channels) and every thread's scratch."""
+    geo = conv_geometry(shapes, attrs)
+    if geo is None:
+        return 0
+    lanes = LANES["float32" if itemsize == 4 else "float64"]
+    channels = geo.groups * -(-geo.oc_group // (lanes * VECTORS)) * lanes * VECTORS
+    packed = channels * (geo.c_group * geo.kh * geo.kw + 1) * itemsize
+    pads = (geo.pad_top, geo.pad_bottom, geo.pad_left, geo.pad_right)
+    slot = scratch_bytes(geo.c_group, geo.w, geo.kh, geo.kw, geo.sh, geo.dh, pads, itemsize)
+    return packed + slot * POOL.threads
+
+
 def applies(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any]) -> bool:
     """Any stride/dilation/padding; groups allowed while each group has ≥ 8 output channels."""
     geo = conv_geometry(shapes, attrs)

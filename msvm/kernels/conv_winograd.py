@@ -177,6 +177,18 @@ def conv2d_winograd(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, 
     return out
 
 
+def workspace(shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, Any], itemsize: int) -> int:
+    """Bytes a call allocates besides its output: the transformed weights, the padded input and the
+    transformed input and output tiles of one chunk (what ``conv2d_winograd`` makes)."""
+    geo = conv_geometry(shapes, attrs)
+    if geo is None:
+        return 0
+    th, tw = (geo.oh + 1) // 2, (geo.ow + 1) // 2
+    ld = max(1, min(geo.n * th, TILES_PER_CHUNK // tw)) * tw
+    padded = geo.n * geo.c_in * (2 * th + 2) * (2 * tw + 2)
+    return (16 * geo.c_out * geo.c_in + padded + 16 * (geo.c_in + geo.c_out) * ld) * itemsize
+
+
 def is_winograd_f2x3(geo: ConvGeometry) -> bool:
     return (geo.kh, geo.kw, geo.sh, geo.sw, geo.dh, geo.dw, geo.groups) == (3, 3, 1, 1, 1, 1, 1)
 

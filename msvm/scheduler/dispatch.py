@@ -20,6 +20,13 @@ bound (``variants.KERNEL_OPS``), so programs without such ops never pay for that
 On a device where nothing can run an op (the reference kernels are host code), the call falls
 back to the reference with one warning per op and device, or raises ``KernelNotFoundError`` when
 ``fallback`` is off. Large outputs of kernels that take ``out=`` come from the memory pool.
+
+Limits: a candidate whose workspace (``Variant.workspace``, the reference's in
+``REFERENCE_WORKSPACE``) is over ``max_tensor_bytes`` is not a candidate, and when no kernel fits the
+call raises ``E-LIMIT-TENSOR`` before anything is allocated. A site whose outputs' sizes the entry
+check cannot bound (``check_outputs``: a size only known at run time, or a broadcast the verifier
+could not decide upstream) checks them with the op's shape function once per input shapes. Both
+are decided per shape, so the steady path pays nothing; a change of the limit forgets the decisions.
 Every decision is a ``Choice`` (variant, reason, device); ``Dispatcher.last_choice`` is the one
 the current thread made last, which the traced interpreter reports.
 """
@@ -38,9 +45,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..context import CONTEXT
+from ..context import CONTEXT, on_change
 from ..errors import KernelNotFoundError
 from ..ops.registry import InferContext, OpDef, TensorType
+from ..runtime.limits import check_size, workspace_error
 from ..runtime.mempool import POOL, POOLED_OUTPUT_MIN_BYTES
 from ..shapes import ShapeSpec
 from . import autotune, cost
@@ -54,7 +62,7 @@ from .capability import (
     load_variants_for,
     variant_names,
 )
-from .variants import Variant, variants_for
+from .variants import REFERENCE_WORKSPACE, Variant, variants_for
 
 _MAX_SHAPES_PER_SITE = 1024  # decisions remembered per call site
 _MAX_PICKS = 4096  # cost-model picks remembered for all sites (``_PICKS``)
@@ -105,8 +113,10 @@ def bind_site(
     *,
     device: str | None = None,
     address: int | None = None,
+    check_outputs: bool = False,
 ) -> Binding:
-    """Bind one OP_CALL site (see the module docstring for the rules)."""
+    """Bind one OP_CALL site (see the module docstring for the rules). ``check_outputs``: the outputs'
+    sizes are only known at run time, so the site checks them against the limit per input shapes."""
     load_variants_for(op.name)
     device = device or CONTEXT.device
     dtypes = {t.dtype for t in in_types if isinstance(t, TensorType)}
@@ -117,13 +127,15 @@ def bind_site(
     reference = _reference(op, static_attrs)
     if not variants and device != REFERENCE_DEVICE:
         kernel = fallback_kernel(op, device, dtype, address, reference)
-        return Binding(kernel, REFERENCE, _fallback_reason(device))
+        if not check_outputs:
+            return Binding(kernel, REFERENCE, _fallback_reason(device))
     pooled = _pool_outputs(op, out_types, bool(variants))
-    if not variants and not pooled:
+    checks = check_outputs or op.name in REFERENCE_WORKSPACE  # the reference itself may not fit
+    if not variants and not pooled and not checks:
         reason = "reference policy" if CONTEXT.kernel_policy == "reference" else (
             f"only variant (no kernel variants of {op.name} for {dtype} on {device})")
         return Binding(reference, REFERENCE, reason)
-    site = Dispatcher(op, static_attrs, dtype, device, variants, reference, address, pooled)
+    site = Dispatcher(op, static_attrs, dtype, device, variants, reference, address, pooled, check_outputs)
     return Binding(site.call, "dispatch" if variants else REFERENCE, "chosen per input shapes", site)
 
 
@@ -235,6 +247,17 @@ def _forget_decisions() -> None:
 
 
 DB.on_change(_forget_decisions)
+_LIMIT = [CONTEXT.max_tensor_bytes]  # the limit the decisions were made under
+
+
+def _limit_changed() -> None:
+    """A decision depends on the limit (the workspaces that fit, the outputs checked): forget them."""
+    if _LIMIT[0] != CONTEXT.max_tensor_bytes:
+        _LIMIT[0] = CONTEXT.max_tensor_bytes
+        _forget_decisions()
+
+
+on_change(_limit_changed)
 
 
 class Dispatcher:
@@ -242,7 +265,7 @@ class Dispatcher:
 
     def __init__(self, op: OpDef, static_attrs: Mapping[str, Any], dtype: str, device: str,
                  variants: Sequence[Variant], reference: Callable[..., Any], address: int | None,
-                 pooled: bool) -> None:
+                 pooled: bool, check_outputs: bool = False) -> None:
         self.op = op
         self.static = dict(static_attrs)
         self.dtype = dtype
@@ -251,6 +274,7 @@ class Dispatcher:
         self.reference = reference
         self.address = address
         self.pooled = pooled  # large outputs of kernels taking ``out=`` come from the pool
+        self.check_outputs = check_outputs  # the outputs' sizes are checked per input shapes
         self.decisions: dict[Any, Choice] = {}
         # shape class -> the cost model's pick, why, and its choice where not made for one shape only
         self.classes: dict[Any, tuple[Variant | None, str, Choice | None]] = {}
@@ -315,15 +339,18 @@ class Dispatcher:
         """
         shapes = tuple([a.shape for a in arrays])
         attrs = {**self.static, **dyn}
+        if self.check_outputs:
+            self._check_outputs(arrays, attrs)
+        itemsize = _itemsize(arrays)
         cls = (shape_class(shapes), tuple(dyn.items())) if CONTEXT.kernel_policy == "cost" else None
         shared = self.classes.get(cls) if cls is not None else None
-        if shared is not None and (shared[0] is None or _applies(shared[0], shapes, attrs)):
+        if shared is not None and self._usable(shared[0], shapes, attrs, itemsize):
             variant, reason, choice = shared
             if choice is None:
                 choice = self._choice(variant, reason, arrays, attrs)
         else:
-            known = self._known_pick(cls, shapes, attrs)
-            variant, reason = known or self._pick(shapes, attrs, arrays, dyn)
+            known = self._known_pick(cls, shapes, attrs, itemsize)
+            variant, reason = known or self._pick(shapes, attrs, arrays, dyn, itemsize)
             choice = self._choice(variant, reason, arrays, attrs)
             if cls is not None:
                 if len(self.classes) >= _MAX_SHAPES_PER_SITE:
@@ -341,7 +368,30 @@ class Dispatcher:
         self.decisions[key] = choice
         return choice
 
-    def _known_pick(self, cls: Any, shapes: tuple, attrs: dict[str, Any]
+    def _check_outputs(self, arrays: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> None:
+        """Raise before the kernel runs when an output of these inputs is over the limit (the op's
+        shape function on the concrete shapes; a failure there is left to the kernel to report)."""
+        for shape, dtype in _inferred_outputs(self.op, arrays, attrs) or ():
+            check_size(self.address, shape, dtype.itemsize, f"OP_CALL {self.op.name}")
+
+    def _usable(self, variant: Variant | None, shapes: tuple, attrs: Mapping[str, Any],
+                itemsize: int) -> bool:
+        """Does ``variant`` (None: the reference) apply to these shapes, within the workspace limit?"""
+        if variant is not None and not _applies(variant, shapes, attrs):
+            return False
+        return self._workspace(variant, shapes, attrs, itemsize) <= CONTEXT.max_tensor_bytes
+
+    def _workspace(self, variant: Variant | None, shapes: tuple, attrs: Mapping[str, Any],
+                   itemsize: int) -> int:
+        measure = REFERENCE_WORKSPACE.get(self.op.name) if variant is None else variant.workspace
+        if measure is None:
+            return 0
+        try:
+            return int(measure(shapes, attrs, itemsize))
+        except Exception:  # shapes the kernel itself will reject: it reports them
+            return 0
+
+    def _known_pick(self, cls: Any, shapes: tuple, attrs: dict[str, Any], itemsize: int
                     ) -> tuple[Variant | None, str] | None:
         """The pick a site like this one made for the shape class ``cls`` (``_PICKS``), if it applies."""
         if cls is None or self._picks_key is None:
@@ -351,17 +401,21 @@ class Dispatcher:
             return None
         name, reason = known
         variant = next((v for v in self.variants if v.name == name), None)
-        if variant is None:
-            return (None, reason) if name == REFERENCE else None
-        return (variant, reason) if _applies(variant, shapes, attrs) else None
+        if variant is None and name != REFERENCE:
+            return None
+        return (variant, reason) if self._usable(variant, shapes, attrs, itemsize) else None
 
     def _pick(self, shapes: tuple, attrs: dict[str, Any], arrays: Sequence[np.ndarray],
-              dyn: Mapping[str, Any]) -> tuple[Variant | None, str]:
+              dyn: Mapping[str, Any], itemsize: int) -> tuple[Variant | None, str]:
         rules = DB.rules(self.device, self.op.name)
-        applicable = [v for v in self.variants if v.name not in rules.forbid and _applies(v, shapes, attrs)]
-        candidates: list[Variant | None] = list(applicable)
+        applicable: list[Variant | None] = [
+            v for v in self.variants if v.name not in rules.forbid and _applies(v, shapes, attrs)]
         if self.device == REFERENCE_DEVICE:
-            candidates.append(None)  # the reference: always possible on the host, the last resort
+            applicable.append(None)  # the reference: always possible on the host, the last resort
+        needs = {_name(c): self._workspace(c, shapes, attrs, itemsize) for c in applicable}
+        candidates = [c for c in applicable if needs[_name(c)] <= CONTEXT.max_tensor_bytes]
+        if applicable and not candidates:
+            raise workspace_error(self.op.name, _fmt_shapes(shapes), needs, self.address)
         note = ""
         for rule in rules.force:
             if rule.matches(self.dtype, shapes):
@@ -374,6 +428,9 @@ class Dispatcher:
             why = f": no variant applies to inputs {_fmt_shapes(shapes)}"
             if not CONTEXT.fallback:
                 raise kernel_not_found(self.op.name, self.device, self.dtype, self.address, why)
+            need = self._workspace(None, shapes, attrs, itemsize)
+            if need > CONTEXT.max_tensor_bytes:
+                raise workspace_error(self.op.name, _fmt_shapes(shapes), {REFERENCE: need}, self.address)
             fallback_kernel(self.op, self.device, self.dtype, self.address, self.reference)
             return None, _fallback_reason(self.device) + note
         if len(candidates) == 1:
@@ -492,6 +549,11 @@ def _may_reach_pool_size(op: OpDef, arrays: Sequence[np.ndarray]) -> bool:
     return "unary" not in op.traits or arrays[0].size * 8 >= POOLED_OUTPUT_MIN_BYTES
 
 
+def _itemsize(arrays: Sequence[Any]) -> int:
+    """The largest item size among the array operands (what a workspace of theirs is made of)."""
+    return max([a.itemsize for a in arrays if isinstance(a, np.ndarray)], default=1)
+
+
 def _output_type(op: OpDef, arrays: Sequence[np.ndarray],
                  attrs: Mapping[str, Any]) -> tuple[tuple[int, ...], np.dtype] | None:
     """The single output's concrete shape and dtype, from the op's own shape function (once per shape).
@@ -521,14 +583,22 @@ _UNARY_DTYPES: dict[tuple, np.dtype] = {}
 
 def _inferred_type(op: OpDef, arrays: Sequence[np.ndarray],
                    attrs: Mapping[str, Any]) -> tuple[tuple[int, ...], np.dtype] | None:
+    outs = _inferred_outputs(op, arrays, attrs)
+    return outs[0] if outs is not None and len(outs) == 1 else None
+
+
+def _inferred_outputs(op: OpDef, arrays: Sequence[np.ndarray],
+                      attrs: Mapping[str, Any]) -> list[tuple[tuple[int, ...], np.dtype]] | None:
+    """Each output's concrete shape and dtype by the op's shape function on the arrays' shapes (those
+    whose size depends on the data left out); None when it rejects them."""
     try:
         types = [TensorType(ShapeSpec.of(list(a.shape)), a.dtype.name) for a in arrays]
         result = op.infer(InferContext(), *types, **attrs)
     except Exception:
         return None
-    if not isinstance(result, TensorType) or not result.shape.is_static:
-        return None
-    return tuple(result.shape.evaluate({})), np.dtype(result.dtype)
+    results = [result] if isinstance(result, TensorType) else list(result)
+    return [(tuple(t.shape.evaluate({})), np.dtype(t.dtype)) for t in results
+            if isinstance(t, TensorType) and t.shape.is_static]
 
 
 def _fmt_shapes(shapes: tuple) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 Shapes = Sequence[tuple[int, ...]]
+Workspace = Callable[[Shapes, Mapping[str, Any], int], int]  # (shapes, attrs, itemsize) -> bytes
 
 
 def _always(shapes: Shapes, attrs: Mapping[str, Any]) -> bool:
@@ -26,7 +27,10 @@ class Variant:
     ``make(static_attrs)`` builds the kernel callable — ``kernel(*arrays, **dynamic_attrs)`` with
     the same signature and results as the op's reference kernel. ``when(shapes, attrs)`` says
     whether it applies to concrete input shapes; ``constraints`` says the same in words (for the
-    capability database). ``flops``/``bytes`` feed the cost model.
+    capability database). ``flops``/``bytes`` feed the cost model. ``workspace(shapes, attrs,
+    itemsize)`` is the most scratch memory one call allocates besides its outputs (column matrices,
+    transforms, padded or packed copies, per-thread buffers), in bytes: the dispatcher does not choose
+    a variant whose workspace is over ``max_tensor_bytes`` (None: it needs none worth counting).
     """
 
     op: str
@@ -39,9 +43,14 @@ class Variant:
     kind: str = "native"  # "native" (generated code), "blas" (calls BLAS), "numpy"
     flops: Callable[[Shapes, Mapping[str, Any]], float] | None = None
     bytes: Callable[[Shapes, Mapping[str, Any]], float] | None = None
+    workspace: Workspace | None = None
 
 
 VARIANTS: dict[str, list[Variant]] = {}
+# The workspace of an op's reference kernel (``msvm.ops``), for the ops whose reference needs one
+# (conv2d's column matrix, attention's scores): the reference is the implicit last variant and is
+# checked like the others. Registered with the variants.
+REFERENCE_WORKSPACE: dict[str, Workspace] = {}
 
 # The ops ``msvm.kernels`` registers variants for. Importing that package costs tens of milliseconds
 # (llvmlite's IR builder and every kernel generator), so the scheduler imports it only when one of

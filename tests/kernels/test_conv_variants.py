@@ -247,3 +247,49 @@ def test_mixed_dtypes_fall_back_to_the_reference() -> None:
         out = VARIANTS[name].make(attrs)(x, weight, b64)
         assert out.dtype == ref.dtype
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-4)
+
+
+BANDED = [("im2col_gemm", CASES[i]) for i in (0, 2, 5, 7, 8, 9, 10)] + [
+    ("direct_1x1", CASES[5]), ("direct_1x1", CASES[6])]  # stride 1 reads x itself; stride 2 gathers it
+
+
+@pytest.mark.parametrize(("name", "case"), BANDED, ids=str)
+def test_the_column_matrix_is_built_in_bands_of_output_rows(name: str, case, monkeypatch) -> None:
+    """Bands of two output rows (the padding above each band shifts, the stride included) give the
+    whole matrix's result, bias and fused ReLU too; and the column matrix allocated is the workspace
+    the variant declares."""
+    x, weight, b, attrs = _inputs(case, "float32")
+    shapes = _shapes(x, weight, b)
+    geo = conv_geometry(shapes, attrs)
+    assert VARIANTS[name].when(shapes, attrs)
+    row = geo.c_group * geo.kh * geo.kw * geo.ow * x.itemsize
+    monkeypatch.setattr(conv_gemm, "COL_MAX_BYTES", 2 * row)
+    assert conv_gemm.band_rows(geo, x.itemsize) == min(2, geo.oh)
+    made: list[int] = []
+    real = mempool.kernel_empty
+    monkeypatch.setattr(mempool, "kernel_empty", lambda shape, dtype: made.append(int(np.prod(shape))) or
+                        real(shape, dtype))
+    ref = CONV.kernel(x, weight, b, **attrs)
+    _check(VARIANTS[name].make(attrs)(x, weight, b), ref, "float32")
+    columns = [n * x.itemsize for n in made if n != ref.size]
+    assert columns == ([VARIANTS[name].workspace(shapes, attrs, x.itemsize)] if columns else [])
+    direct = name == "direct_1x1" and geo.sh == geo.sw == 1
+    gemm = conv_gemm.blas.best_gemm("float32")
+    relu = conv_gemm.conv2d_gemm(x, weight, b, geo, gemm, direct=direct, relu=True)
+    _check(relu, np.maximum(ref, 0), "float32")
+
+
+def test_a_column_matrix_over_the_tensor_limit_is_banded_to_fit(monkeypatch) -> None:
+    from msvm.context import set_context
+
+    x, weight, b, attrs = _inputs((2, 8, 6, 20, 20, (5, 5), 1, 2, 1, 1, True), "float32")
+    shapes = _shapes(x, weight, b)
+    whole = 8 * 25 * 20 * 20 * 4  # one image's column matrix: 320 KB
+    ref = CONV.kernel(x, weight, b, **attrs)
+    try:
+        set_context(max_tensor_bytes=whole // 4)
+        assert VARIANTS["im2col_gemm"].workspace(shapes, attrs, 4) <= whole // 4
+        _check(VARIANTS["im2col_gemm"].make(attrs)(x, weight, b), ref, "float32")
+    finally:
+        set_context(max_tensor_bytes=4 << 30)
+    assert VARIANTS["im2col_gemm"].workspace(shapes, attrs, 4) == whole
