@@ -52,10 +52,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..context import CONTEXT, on_change
 from ..errors import JitError, ShapeError
 from ..observe.trace import TRACE, TraceEvent
 from ..options import JitOptions, jit_enabled
+from ..runtime.limits import nbytes_of
 from . import diskcache
 from .cache import CACHE, CachePolicy, Entry, KeyPlan, median_ms, plan_keys, region_digest
 from .compiler import COMPILER
@@ -174,6 +177,8 @@ class RegionRuntime:
             cache_key, state = self._state(key)
             entry = state.entry
             if entry is not None and entry.status == "compiled" and key not in state.blocked:
+                if not self._fits(entry, key):
+                    return False  # interpreted: each tensor checked where it is made
                 if entry.judging == key:
                     return self._judge(entry, key)
                 self._remember(key, entry.launcher)
@@ -192,7 +197,7 @@ class RegionRuntime:
                 launcher = self._from_disk(cache_key, state, key)
                 if launcher is not None:
                     self.misses -= 1
-                    return launcher
+                    return launcher if self._fits(state.entry, key) else False
             if entry is None and not state.rejected:
                 state.count += 1
                 if state.count >= self.settings.hot_threshold:
@@ -265,6 +270,19 @@ class RegionRuntime:
                 self.states = {k: s for k, s in self.states.items() if s.entry is not None}
             state = self.states[cache_key] = KeyState()
         return cache_key, state
+
+    def _fits(self, entry: Entry, key: tuple) -> bool:
+        """May ``entry``'s native code run at ``key`` within ``max_tensor_bytes``? Its launcher allocates
+        the outputs and the arena (intermediates, per-thread scratch, at the bucket's bounds) without the
+        interpreter's checks; where one is over the limit the key runs interpreted, whose checks raise
+        the limit's error before allocating (lock held)."""
+        lowered = entry.compiled.lowered
+        limit = CONTEXT.max_tensor_bytes
+        if lowered.planned_bytes > limit:
+            return False
+        values = self.plan.values(key)
+        return all(nbytes_of([d.evaluate(values) for d in shape], np.dtype(dtype).itemsize) <= limit
+                   for _, dtype, shape in lowered.launch.outputs)
 
     def _remember(self, key: tuple, launcher: Callable) -> None:
         if len(self.table) >= _MAX_TABLE:
@@ -502,10 +520,13 @@ class RegionRuntime:
         if old is not None:
             entry.native.clear()  # the new tier's runs are judged afresh
             for key in [k for k, launcher in self.table.items() if launcher is old]:
-                self.table[key] = entry.launcher
+                if self._fits(entry, key):
+                    self.table[key] = entry.launcher
+                else:
+                    del self.table[key]
         state = self.states.get(entry.cache_key)
         for key in (state.keys - state.blocked) if state is not None else ():
-            if key != entry.judging:
+            if key != entry.judging and self._fits(entry, key):
                 self._remember(key, entry.launcher)
 
     def fail(self, entry: Entry, reason: str) -> None:
@@ -659,9 +680,14 @@ def reset() -> None:
     EVENTS.clear()
 
 
+_LIMIT = [CONTEXT.max_tensor_bytes]  # the limit the jump tables' keys were checked under (``_fits``)
+
+
 def _forget_tables() -> None:
-    """``jit_enabled`` switched off: drop native code from every jump table (entries stay)."""
-    if not CONTEXT.jit_enabled:
+    """``jit_enabled`` switched off, or the tensor limit changed: drop native code from every jump
+    table (entries stay; a key comes back through ``miss``, which checks it against the limit again)."""
+    if not CONTEXT.jit_enabled or _LIMIT[0] != CONTEXT.max_tensor_bytes:
+        _LIMIT[0] = CONTEXT.max_tensor_bytes
         for rt in region_runtimes():
             with rt.lock:
                 rt.table.clear()

@@ -17,6 +17,7 @@ import pytest
 import msvm as ms
 from msvm.context import set_context
 from msvm.interpreter.lowering import unsound_types
+from msvm.msjit.runtime import POLICY
 from msvm.scheduler import load_capability_patch, reset_capability_db
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,3 +139,28 @@ def test_a_conv_over_the_limit_computes_through_a_variant_that_fits(limits) -> N
     finally:
         reset_capability_db()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@ms.jit(hot_threshold=1)
+def _jit_broadcast(a, b):
+    return ms.ops.relu(a + b)
+
+
+def test_native_code_is_not_run_where_its_outputs_are_over_the_limit(limits, monkeypatch) -> None:
+    """A compiled region allocates its outputs and arena itself: the key's sizes are checked against
+    the limit before its code is served, again after the limit changes, else it runs interpreted."""
+    monkeypatch.setattr(POLICY, "demote", False)
+    monkeypatch.setattr(POLICY, "skip_small", False)
+    a, b = np.ones((300, 1), np.float32), np.ones((1, 300), np.float32)
+    for _ in range(2):
+        _jit_broadcast(a, b)
+    assert ms.vm.wait_for_compiles(120)
+    np.testing.assert_allclose(_jit_broadcast(a, b), np.full((300, 300), 2.0, np.float32))
+    [entry] = [e for e in ms.vm.jit_info() if e["function"] == "_jit_broadcast"]
+    assert entry["status"] == "compiled" and entry["hits"] >= 1, entry["reason"]
+    limits(max_tensor_bytes=300 * 300 * 4 - 1)
+    with pytest.raises(ms.ResourceLimitError) as err:
+        _jit_broadcast(a, b)
+    assert err.value.code == "E-LIMIT-TENSOR"
+    [after] = [e for e in ms.vm.jit_info() if e["function"] == "_jit_broadcast"]
+    assert after["hits"] == entry["hits"]
