@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import OnnxImportError
 from ..options import parse_options
 from . import convert_nn, convert_tensor  # noqa: F401  (registers the converters)
-from .graph import CONVERTERS, Importer, node_label, unsupported_reason
+from .graph import CONVERTERS, Importer, node_error, opset_of, unsupported_reason
 from .model import OnnxFunction, OnnxModel
 from .proto import read_model
 
@@ -30,17 +30,23 @@ def load(source: Any, **jit_options: Any) -> OnnxModel:
 
 
 def check(source: Any) -> list[OnnxImportError]:
-    """Every node of the model whose op or attribute values are not supported (empty: all are)."""
+    """Every node whose op or attribute values are not supported (empty: the model imports).
+
+    Op types and attribute values are judged node by node; what only the import itself finds (a 3-D
+    convolution, a shape computed from data) is reported as the first node the import refuses.
+    """
     src = read_model(source)
-    opset = next((o.version for o in src.model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = opset_of(src.model)
     problems = []
-    importer = None
     for index, node in enumerate(src.model.graph.node):
         reason = unsupported_reason(node, opset)
         if reason is not None:
-            importer = importer or Importer.__new__(Importer)
-            importer.opset = opset
-            problems.append(Importer.node_error(importer, node, index, reason))
+            problems.append(node_error(node, index, opset, reason))
+    if not problems:
+        try:
+            Importer(src).build()
+        except OnnxImportError as exc:
+            problems.append(exc)
     return problems
 
 
@@ -49,4 +55,4 @@ def supported_ops() -> list[str]:
     return sorted(CONVERTERS)
 
 
-__all__ = ["OnnxFunction", "OnnxModel", "check", "load", "node_label", "supported_ops"]
+__all__ = ["OnnxFunction", "OnnxModel", "check", "load", "supported_ops"]

@@ -90,13 +90,23 @@ def _broadcast_elems(a: list[Any], b: list[Any]) -> tuple[list[Any], list[Any]]:
     return a, b
 
 
+def _int_operand(v: Value) -> bool:
+    return isinstance(v, ShapeVec) or (isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.ndim <= 1)
+
+
 def _shape_operands(ctx: NodeCtx) -> bool:
-    """Whether this binary op works on shape elements: some input a shape vector, the rest int constants."""
-    vs = [ctx.value(i) for i in range(len(ctx.inputs))]
-    return any(isinstance(v, ShapeVec) for v in vs) and all(
-        isinstance(v, ShapeVec) or (isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.ndim <= 1)
-        for v in vs
-    )
+    """Whether this op works on shape elements: every input a shape vector or a small int constant."""
+    return all(_int_operand(v) for v in ctx.inputs)
+
+
+def _elem_op(ctx: NodeCtx, op: str, x: Any, y: Any) -> Any:
+    """One element of integer arithmetic; Div of two constants truncates toward zero as ONNX says."""
+    if op == "Div" and isinstance(x, int) and isinstance(y, int):
+        if y == 0:
+            raise ctx.error("integer division by zero")
+        q = abs(x) // abs(y)
+        return q if (x < 0) == (y < 0) else -q
+    return ctx.imp.scalar_op(_SCALAR[op], x, y)
 
 
 @converter(*_BINARY, "Mod", attrs={"broadcast": (1,), "axis": None, "fmod": (0,)})
@@ -108,16 +118,14 @@ def _binary(ctx: NodeCtx) -> Value:
         if len(a) != len(b):
             raise ctx.error(f"shape vectors of lengths {len(a)} and {len(b)} do not broadcast")
         if op in _SCALAR:
-            return ints_value([ctx.imp.scalar_op(_SCALAR[op], x, y) for x, y in zip(a, b)], rank0)
+            return ints_value([_elem_op(ctx, op, x, y) for x, y in zip(a, b)], rank0)
         if op == "Equal":
             folded = [_fold_equal(x, y) for x, y in zip(a, b)]
             if None not in folded:
                 arr = np.array(folded, dtype=bool)
                 return frozen(arr.reshape(()) if rank0 else arr)
-    if op == "Mod":
-        if ctx.dtype(0).startswith("float"):
-            raise ctx.error("Mod of floats (fmod=1) is not supported", "integer Mod")
-        raise ctx.error("Mod of data tensors is not supported", "Mod of shape values")
+    if op in ("Mod", "Div") and not ctx.dtype(0).startswith("float"):
+        raise ctx.error(f"integer {op} of data tensors is not supported", f"integer {op} of shape values")
     if "axis" in ctx.attrs and ctx.rank(1) not in (0, ctx.rank(0)):  # opset < 7 legacy broadcast along axis
         b = ctx.value(1)
         tail = ctx.rank(0) - ctx.attr("axis") % ctx.rank(0) - ctx.rank(1)

@@ -132,8 +132,31 @@ def unsupported_reason(node: Any, opset: int) -> str | None:
     return None
 
 
+def opset_of(model: Any) -> int:
+    """The model's version of the default ONNX domain."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
 def node_label(node: Any, index: int) -> str:
     return node.name or f"{node.op_type}_{index}"
+
+
+def node_error(
+    node: Any,
+    index: int,
+    opset: int,
+    message: str,
+    supported: str | None = None,
+    code: str = "E-ONNX-UNSUPPORTED",
+) -> OnnxImportError:
+    """The error for node #index: its name, op type and opset, located at the node (file = node name)."""
+    label = node_label(node, index)
+    return OnnxImportError(
+        f"node {label!r} ({node.op_type}, opset {opset}): {message}",
+        code=code,
+        source=SourceLoc(label, index + 1, 0),
+        hint=f"supported: {supported}" if supported else None,
+    )
 
 
 class NodeCtx:
@@ -214,7 +237,7 @@ class Importer(Emitter):
         model = source.model
         graph = model.graph
         self.source = source
-        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self.opset = opset_of(model)
         self.env: dict[str, Value] = {}
         where = "initializer"
         for t in graph.initializer:
@@ -233,14 +256,7 @@ class Importer(Emitter):
         supported: str | None = None,
         code: str = "E-ONNX-UNSUPPORTED",
     ) -> OnnxImportError:
-        label = node_label(node, index)
-        text = f"node {label!r} ({node.op_type}, opset {self.opset}): {message}"
-        return OnnxImportError(
-            text,
-            code=code,
-            source=SourceLoc(label, index + 1, 0),
-            hint=f"supported: {supported}" if supported else None,
-        )
+        return node_error(node, index, self.opset, message, supported, code)
 
     # -- inputs ------------------------------------------------------------------------------------
     def _symbol(self, dim: Any, input_name: str, axis: int) -> str | int:

@@ -56,6 +56,11 @@ class OnnxFunction:
         """(Program, bytecode function name, bytecode arguments) of a call (for the SCD analysis)."""
         return self._version.program, self._version.name, self._version.arguments(args)
 
+    @property
+    def executable(self) -> Any:
+        """The prepared bytecode function: ``ms.vm.print_scd_analysis(model.function.executable, x)``."""
+        return self._version.executable
+
     def debug(self, *args: Any) -> Any:
         """The interpreter's stepping Execution of this call."""
         return self._version.executable.debug(*self._version.arguments(args))
