@@ -27,7 +27,8 @@ class JitEvent:
     # core-returned (a starved compile borrowed a core of the program's thread pools), deferred (an exact
     # key of a region whose keys churn waits until it is asked for again or the program pauses), tier-up
     # (an entry's optimised tier replaced its quick code), tier-down (the optimised tier ran slower: the
-    # quick code is back), loaded (code from the persistent code cache)
+    # quick code is back), loaded (code from the persistent code cache), reset (``ms.vm.reset()``
+    # emptied the cache: sent to subscribers only, never kept in the log)
     entry: str | None  # the entry's name, when the event is about one
     data: dict[str, Any] = field(default_factory=dict)
 
@@ -89,9 +90,15 @@ class EventLog:
                 self._subscribers.remove(callback)
 
     def clear(self) -> None:
+        """Forget every event; subscribers then hear one ``reset``, so views showing entries can say so."""
         with self._lock:
             self._events.clear()
             self._pending.clear()
+            if self._subscribers:
+                self._seq += 1
+                self._pending.append(JitEvent(self._seq, time.time(), "reset", None))
+        if self._pending:
+            self.wake()
 
 
 EVENTS = EventLog()
@@ -106,10 +113,10 @@ def jit_info() -> list[dict]:
     return [entry_row(e) for e in CACHE.all()]
 
 
-def hit_rate() -> float:
-    """Native region runs / all runs of compilable regions (0.0 before any)."""
-    hits = sum(e.hit_count for e in CACHE.all())
-    total = hits + sum(r.misses for r in CACHE.regions())
+def hit_rate(function: str | None = None) -> float:
+    """Native region runs / all runs of compilable regions, of one function or all (0.0 before any)."""
+    hits = sum(e.hit_count for e in CACHE.all() if function is None or e.function == function)
+    total = hits + sum(r.misses for r in CACHE.regions() if function is None or r.exe_name == function)
     return hits / total if total else 0.0
 
 
@@ -146,8 +153,8 @@ class JitMonitor:
     def cache(self) -> list[dict]:
         return jit_info()
 
-    def hit_rate(self) -> float:
-        return hit_rate()
+    def hit_rate(self, function: str | None = None) -> float:
+        return hit_rate(function)
 
     def events(self, since: int | None = None) -> list[dict]:
         """Recent events (oldest first); ``since``: the ``seq`` of the last event already seen."""

@@ -8,6 +8,7 @@ from typing import Any
 import msvm_widgets.magics as magics
 import pytest
 from IPython.testing.globalipapp import start_ipython
+from msvm_widgets.progress import CellProgress
 
 from msvm.observe.trace import TRACE
 
@@ -30,9 +31,21 @@ def ip(shell: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[A
     TRACE.clear()
 
 
+class Displayed(list):
+    """What the magics displayed for the cell, in order; ``progress``: the running cells' progress lines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.progress: list[CellProgress] = []
+
+
 @pytest.fixture
-def shown(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every object the magics display (widgets, or raw mime bundles), in order."""
-    out: list[Any] = []
-    monkeypatch.setattr(magics, "display", lambda obj, **_kw: out.append(obj))
+def shown(monkeypatch: pytest.MonkeyPatch) -> Displayed:
+    """Every object the magics display (widgets, or raw mime bundles), progress lines apart."""
+    out = Displayed()
+
+    def record(obj: Any, **_kw: Any) -> None:
+        (out.progress if isinstance(obj, CellProgress) else out).append(obj)
+
+    monkeypatch.setattr(magics, "display", record)
     return out

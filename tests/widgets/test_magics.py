@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import inspect
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +63,8 @@ def test_cell_functions_are_jitted_and_the_dashboard_shows_the_last_call(ip: Any
     assert regs[1].kind == "scalar" and regs[1].value == 4
     assert regs[2].shape == x[:, :, :4, :].shape
     assert regs[-1].shape == out.shape and regs[-1].strides == out.strides
-    assert [row[2] for row in dashboard.registers.rows()][2] == str(list(x[:, :, :4, :].shape))
+    assert [row[3] for row in dashboard.registers.rows()][2] == str(list(x[:, :, :4, :].shape))
+    assert [row[1] for row in dashboard.registers.rows()][:2] == ["x", "h"]  # the parameters' names
     np.testing.assert_allclose(dashboard.result, ip.user_ns["outs"][-1])
     bundle = dashboard._repr_mimebundle_()
     assert {"text/html", "text/plain", "application/vnd.jupyter.widget-view+json"} <= set(bundle)
@@ -116,10 +119,11 @@ def test_a_call_with_keywords_is_shown(ip: Any, shown: list) -> None:
 def test_trace_option_fills_the_timeline(ip: Any, shown: list) -> None:
     assert run(ip, BLOCK.format(opts=" --trace")).success
     (dashboard,) = shown
-    events = dashboard.timeline.events
-    assert len(events) == 3 * 9  # three calls of nine instructions
-    assert sum(len(t.x) for t in dashboard.timeline.figure.data) == len(events)
-    assert {e.function for e in events} == {"block"}
+    timeline = dashboard.timeline
+    assert len(timeline.events) == 3 * 9  # three calls of nine instructions
+    assert [len(c.events) for c in timeline.calls] == [9, 9, 9]
+    assert sum(len(t.x) for t in timeline.call_figure.data) == 9  # the last call's instructions
+    assert {e.function for e in timeline.events} == {"block"}
 
 
 def test_debug_option_opens_the_debugger_on_the_first_call(ip: Any, shown: list) -> None:
@@ -242,3 +246,41 @@ def test_line_magic_usage_errors(ip: Any) -> None:
 def test_split_args_respects_brackets_and_quotes() -> None:
     assert split_args("f x ms.mutable(4)") == ["f", "x", "ms.mutable(4)"]
     assert split_args("f np.ones((2, 3)), 'a b'") == ["f", "np.ones((2, 3))", "'a b'"]
+
+
+def test_a_cell_shows_its_progress_while_it_runs(ip: Any, shown: list) -> None:
+    ip.user_ns["shown"] = shown
+    cell = BLOCK.format(opts="").replace("outs[-1].shape", """import time
+progress = shown.progress[-1]
+deadline = time.monotonic() + 10
+while "3 calls of block" not in progress.value and time.monotonic() < deadline:
+    sum(range(1000))  # busy, as a long cell is: the kernel's loop gets no turn
+seen_while_running = progress.value
+""")
+    assert run(ip, cell).success
+    seen = ip.user_ns["seen_while_running"]
+    assert "running" in seen and "3 calls of block" in seen
+    (progress,) = shown.progress
+    assert "ran" in progress.value and "3 calls of block" in progress.value and "native" in progress.value
+    assert not progress.pump._polls  # polling stopped
+    (dashboard,) = shown
+    assert isinstance(dashboard, Dashboard)
+
+
+def test_a_failing_cell_ends_its_progress_line_with_the_failure(ip: Any, shown: list) -> None:
+    result = run(ip, "%%msvm\nundefined_name + 1\n")
+    assert not result.success
+    (progress,) = shown.progress
+    assert "failed: NameError" in progress.value and not progress.pump._polls
+
+
+def test_loading_the_extension_imports_no_plotly_and_starts_no_thread() -> None:
+    code = ("import sys, threading\n"
+            "from IPython.testing.globalipapp import start_ipython\n"
+            "ip = start_ipython()\n"
+            "before = {t.name for t in threading.enumerate()}\n"
+            "ip.run_line_magic('load_ext', 'msvm')\n"
+            "print('plotly' in sys.modules, sorted({t.name for t in threading.enumerate()} - before))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=True)
+    assert out.stdout.split("\n")[-2] == "False []"

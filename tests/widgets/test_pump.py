@@ -1,12 +1,13 @@
-"""The update pump: coalesces updates from other threads and applies them on one loop, throttled."""
+"""The update pump: coalesces updates from other threads and applies them on its own thread, throttled,
+whether or not anything else (an event loop, the kernel's thread) gets a turn."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 from msvm_widgets.pump import UpdatePump
@@ -34,59 +35,93 @@ class FakeWidget:
         self.threads.add(threading.current_thread().name)
 
 
-def test_updates_from_a_thread_are_coalesced_and_applied_on_the_loop() -> None:
-    loop = asyncio.new_event_loop()
-    pump = UpdatePump(loop, max_hz=20)
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_updates_from_a_thread_are_coalesced_and_applied_on_the_pump_thread() -> None:
+    pump = UpdatePump(max_hz=20)
     widget = FakeWidget()
 
     def producer() -> None:
         for i in range(5000):
             pump.submit(widget, "value", lambda i=i: widget.set(i))
 
-    async def scenario() -> None:
-        thread = threading.Thread(target=producer, name="compiler")
-        thread.start()
-        while thread.is_alive():
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)  # one more tick delivers the last update
-
-    loop.run_until_complete(scenario())
-    loop.close()
-    assert widget.values[-1] == 4999  # the latest update wins
+    thread = threading.Thread(target=producer, name="compiler")
+    thread.start()
+    thread.join()
+    assert wait_until(lambda: widget.values and widget.values[-1] == 4999)  # the latest update wins
     assert len(widget.values) < 50  # 5000 submissions, a few ticks
-    assert widget.threads == {threading.current_thread().name}  # the loop's thread, never the producer's
+    assert widget.threads == {"msvm-widget-pump"}  # never the producer's thread
     assert widget.syncs == len(widget.values)  # one hold_sync (one comm message) per tick
 
 
+def test_updates_reach_the_widget_while_the_submitting_thread_stays_busy() -> None:
+    """A running cell never yields to the kernel's event loop: the pump must not need it."""
+    pump = UpdatePump(max_hz=20)
+    widget = FakeWidget()
+    seen_while_busy = []
+    deadline = time.monotonic() + 5
+    n = 0
+    while time.monotonic() < deadline and not widget.values:  # busy, like a cell's loop
+        n += 1
+        pump.submit(widget, "value", lambda n=n: widget.set(n))
+        sum(range(2000))
+    seen_while_busy.extend(widget.values)
+    assert seen_while_busy, "no update was applied while the submitting thread was busy"
+
+
 def test_the_rate_is_bounded() -> None:
-    loop = asyncio.new_event_loop()
-    pump = UpdatePump(loop, max_hz=10)
+    pump = UpdatePump(max_hz=10)
     widget = FakeWidget()
     times: list[float] = []
-
-    async def scenario() -> None:
-        end = loop.time() + 0.55
-        i = 0
-        while loop.time() < end:
-            i += 1
-            pump.submit(widget, "value", lambda: times.append(loop.time()))
-            await asyncio.sleep(0.002)
-
-    loop.run_until_complete(scenario())
-    loop.run_until_complete(asyncio.sleep(0.15))
-    loop.close()
+    end = time.monotonic() + 0.55
+    while time.monotonic() < end:
+        pump.submit(widget, "value", lambda: times.append(time.monotonic()))
+        time.sleep(0.002)
+    time.sleep(0.15)
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert len(times) <= 8
+    assert 2 <= len(times) <= 8
     assert all(g >= 0.09 for g in gaps)
 
 
-def test_keys_are_independent_and_flush_works_without_a_loop() -> None:
-    pump = UpdatePump(None)
+def test_polls_run_on_every_tick_until_unpolled() -> None:
+    pump = UpdatePump(max_hz=50)
+    widget = FakeWidget()
+    ticks: list[str] = []
+    pump.poll(widget, "progress", lambda: ticks.append(threading.current_thread().name))
+    assert wait_until(lambda: len(ticks) >= 3)  # nobody submitted anything: the poll ticks by itself
+    pump.unpoll(widget, "progress")
+    time.sleep(0.1)
+    settled = len(ticks)
+    time.sleep(0.2)
+    assert len(ticks) == settled
+    assert set(ticks) == {"msvm-widget-pump"}
+
+
+def test_applying_keeps_the_pump_off_the_widgets() -> None:
+    pump = UpdatePump(max_hz=50)
+    widget = FakeWidget()
+    with pump.applying():  # the kernel's thread redrawing a view on a click
+        pump.submit(widget, "value", lambda: widget.set(1))
+        time.sleep(0.2)
+        assert widget.values == []
+    assert wait_until(lambda: widget.values == [1])
+
+
+def test_keys_are_independent_and_flush_works_without_a_thread() -> None:
+    pump = UpdatePump(background=False)
     widget = FakeWidget()
     seen: list[str] = []
     pump.submit(widget, "a", lambda: seen.append("a1"))
     pump.submit(widget, "a", lambda: seen.append("a2"))
     pump.submit(widget, "b", lambda: seen.append("b"))
+    time.sleep(0.05)
     assert seen == []
     assert pump.flush() == 2
     assert sorted(seen) == ["a2", "b"]
@@ -94,7 +129,7 @@ def test_keys_are_independent_and_flush_works_without_a_loop() -> None:
 
 
 def test_a_failing_update_does_not_stop_the_others(caplog: pytest.LogCaptureFixture) -> None:
-    pump = UpdatePump(None)
+    pump = UpdatePump(background=False)
     widget = FakeWidget()
     pump.submit(widget, "bad", lambda: 1 / 0)
     pump.submit(widget, "good", lambda: widget.set(1))
@@ -105,4 +140,4 @@ def test_a_failing_update_does_not_stop_the_others(caplog: pytest.LogCaptureFixt
 
 def test_rate_must_be_sane() -> None:
     with pytest.raises(ValueError):
-        UpdatePump(None, max_hz=0)
+        UpdatePump(max_hz=0)

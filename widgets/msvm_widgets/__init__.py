@@ -3,7 +3,8 @@
 Every widget works on its own from Python (``RegisterView(execution.registers)``,
 ``Dashboard.for_call(fn, x)``, ``JITMonitor()``) and carries a static text/html + text/plain fallback.
 The core (``msvm``) never imports this package; ``%load_ext msvm`` does. Names are imported on first
-use, so loading the extension does not wait for Plotly (whose first import takes seconds).
+use, so loading the extension neither waits for Plotly (whose first import takes seconds) nor imports
+it in the background while the user's code runs: the first view that draws a figure imports it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 from typing import Any
 
 _HOMES = {
+    "CellProgress": "progress",
     "Dashboard": "dashboard",
     "Debugger": "debugger",
     "JITCacheView": "jitcache",

@@ -8,14 +8,33 @@ interpreter (``CallRecord.execution()``), lazily.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from msvm.frontend import JitFunction, JitOptions
 from msvm.interpreter import Execution
+from msvm.observe.trace import TRACE, TraceEvent
+
+
+@contextlib.contextmanager
+def collect_trace() -> Iterator[list[TraceEvent]]:
+    """The trace events recorded while the block runs (every thread's: the compiler's too), tracing
+    turned on in memory for it if it was off."""
+    events: list[TraceEvent] = []
+    turned_on = not TRACE.enabled
+    TRACE.subscribe(events.append)
+    if turned_on:
+        TRACE.enable(True, path=None)
+    try:
+        yield events
+    finally:
+        TRACE.unsubscribe(events.append)
+        if turned_on:
+            TRACE.enable(False)
 
 
 def describe_value(value: Any) -> str:
@@ -57,6 +76,13 @@ class CallRecord:
         ex = self.execution()
         ex.run()
         return ex
+
+    def traced(self) -> list[TraceEvent]:
+        """Run the call again with tracing on (not counted in the call log); its trace events."""
+        run = getattr(self.fn, "untracked", self.fn)
+        with collect_trace() as events:
+            run(*self.args, **self.kwargs)
+        return events
 
     def describe(self) -> str:
         """``f(x: float32[2, 3, 8, 8], h: mutable(4))``: names and shapes, no values."""
@@ -100,4 +126,8 @@ class TrackedJitFunction(JitFunction):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.call_log.record(self, args, kwargs)
+        return super().__call__(*args, **kwargs)
+
+    def untracked(self, *args: Any, **kwargs: Any) -> Any:
+        """The call without a record (a view re-running it)."""
         return super().__call__(*args, **kwargs)

@@ -7,7 +7,7 @@ bytecode address (``errors``), and displays the views.
 
 from __future__ import annotations
 
-import threading
+import contextlib
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -19,15 +19,15 @@ from msvm import vm
 from msvm.bytecode.text import assemble
 from msvm.errors import MsvmError, VerifyError
 from msvm.interpreter import Program
-from msvm.observe.trace import TRACE, TraceEvent
+from msvm.observe.trace import TraceEvent
 from msvm.options import CACHE_MODES, JitOptions
 from msvm.verifier import check_module
 
 from . import theme
-from .calls import CallLog
+from .calls import CallLog, collect_trace
 from .cellrun import run_cell
 from .errors import MsvmCellError, render_error
-from .registers import HEADERS, register_row
+from .registers import HEADERS, register_names, register_row
 
 LINE_USAGE = """%msvm info | monitor | trace on [DIR] | trace off | trace csv PATH | trace chrome PATH
       | scd FUNC ARGS... | reset"""
@@ -139,19 +139,22 @@ class MsvmMagics(Magics):
         __tracebackhide__ = True
         options = self._options(args)
         self.log.clear()
-        events: list[TraceEvent] = []
-        tracing = args.trace and not TRACE.enabled
-        if args.trace:
-            TRACE.subscribe(events.append)
-            if tracing:
-                vm.enable_bc_trace(True, path=None)
+        progress = None
+        if not args.no_widgets:
+            from .progress import CellProgress
+
+            progress = CellProgress(self.log)  # live while the cell runs: calls, native share, compiles
+            display(progress)
+        failure = None
         try:
-            result = run_cell(self.shell, cell, filename, options, self.log)
+            with collect_trace() if args.trace else contextlib.nullcontext([]) as events:
+                result = run_cell(self.shell, cell, filename, options, self.log)
+        except BaseException as exc:
+            failure = type(exc).__name__
+            raise
         finally:
-            if args.trace:
-                TRACE.unsubscribe(events.append)
-                if tracing:
-                    vm.enable_bc_trace(False)
+            if progress is not None:
+                progress.finish(failure)
         self._show(args, result.functions, events)
         return result.value
 
@@ -163,7 +166,8 @@ class MsvmMagics(Magics):
             return
         if args.no_widgets:
             execution = call.finished_execution()
-            table = theme.text_table(HEADERS, [register_row(r) for r in execution.registers])
+            names = register_names(execution)
+            table = theme.text_table(HEADERS, [register_row(r, names) for r in execution.registers])
             print(f"msvm: {call.describe()} ({self.log.count} msvm calls in this cell)\n{table}")
             return
         from .dashboard import Dashboard
@@ -257,13 +261,7 @@ class MsvmMagics(Magics):
         print("msvm: reset the JIT cache, its statistics and the in-memory trace")
 
 
-def _warm_up() -> None:
-    """Import Plotly's FigureWidget (a lazy attribute whose first use costs seconds: nbformat, jsonschema)."""
-    from plotly.graph_objects import FigureWidget  # noqa: F401
-
-
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the magics (again on ``%reload_ext``, replacing the old ones); warm up Plotly meanwhile."""
+    """Register the magics (again on ``%reload_ext``, replacing the old ones). Nothing else runs:
+    Plotly is imported by the first view that draws a figure, never while the user's code runs."""
     ipython.register_magics(MsvmMagics(ipython))
-    threading.Thread(target=_warm_up, name="msvm-widgets-warm-up", daemon=True).start()
-

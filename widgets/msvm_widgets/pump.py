@@ -1,112 +1,135 @@
-"""The one coalescing pump through which VM and JIT threads update widgets, on the kernel's event loop.
+"""The one coalescing pump through which VM and JIT threads update widgets, on its own thread, throttled.
 
-Why: since ipykernel 7, output and widget messages sent from background threads reach the front end
-unreliably, and a compiler thread firing per event would flood the comm channel. So producers, on any
-thread, only ``submit(widget, key, apply)``: the latest ``apply`` per (widget, key) wins, and the
-kernel's asyncio loop runs the pending ones at most ``max_hz`` times a second, each widget's inside its
-``hold_sync()`` so that one comm message carries all of its changes. Without a running loop (plain
-Python, tests), updates wait for ``flush()``.
+Why a thread of its own: while a cell runs, the kernel's event loop gets no turn until the cell ends,
+so a pump on that loop showed nothing live (a 20 s loop left the monitor at ``Cache (0)``). ipywidgets
+comm messages may be sent from any thread (ipykernel routes them through its IOPub thread), so the
+pump thread applies the updates itself. Producers, on any thread, only ``submit(widget, key, apply)``:
+the latest ``apply`` per (widget, key) wins, and the pump runs the pending ones at most ``max_hz``
+times a second, each widget's inside its ``hold_sync()`` so that one comm message carries all of its
+changes. ``poll`` registers an update that runs on every tick while it is registered (a running
+cell's progress). Views that also redraw on the kernel's thread (a button click) do so under
+``applying()``, so two threads never interleave one widget's changes. ``background=False`` (tests,
+plain Python) leaves updates waiting for ``flush()``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 Apply = Callable[[], None]
+Key = tuple[int, str]
 
 
 class UpdatePump:
-    """Coalesces widget updates from any thread and applies them on one event loop, throttled."""
+    """Coalesces widget updates from any thread and applies them on the pump thread, throttled."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None, max_hz: float = 15.0) -> None:
+    def __init__(self, max_hz: float = 10.0, *, background: bool = True) -> None:
         if not 0 < max_hz <= 60:
             raise ValueError(f"max_hz must be in (0, 60], got {max_hz}")
-        self.loop = loop
         self.interval = 1.0 / max_hz
-        self.applied = 0  # drains that applied at least one update (for tests and curiosity)
-        self._lock = threading.Lock()
-        self._pending: dict[tuple[int, str], tuple[Any, Apply]] = {}
-        self._armed = False
+        self.background = background
+        self.applied = 0  # ticks that applied at least one update (for tests and curiosity)
+        self._lock = threading.Lock()  # guards the two tables below
+        self._pending: dict[Key, tuple[Any, Apply]] = {}
+        self._polls: dict[Key, tuple[Any, Apply]] = {}
+        self._applying = threading.RLock()  # one thread at a time changes widgets
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
         self._last = float("-inf")
 
+    # -- producers (any thread) -------------------------------------------------------------------------
     def submit(self, widget: Any, key: str, apply: Apply) -> None:
-        """Schedule ``apply()`` (replacing an earlier one for the same widget and key). Thread-safe."""
+        """Schedule ``apply()`` once (replacing an earlier one for the same widget and key). Thread-safe."""
         with self._lock:
             self._pending[(id(widget), key)] = (widget, apply)
-            if self._armed:
-                return
-            self._armed = True
-        loop = self.loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            loop.call_soon_threadsafe(self._arm)
-        except RuntimeError:  # the loop closed between the check and the call
-            log.debug("msvm update pump: event loop closed; updates wait for flush()")
+        self._kick()
 
-    def flush(self) -> int:
-        """Apply every pending update now, on the calling thread; returns how many ran."""
+    def poll(self, widget: Any, key: str, apply: Apply) -> None:
+        """Run ``apply()`` on every tick until ``unpoll(widget, key)``. Thread-safe."""
         with self._lock:
-            pending, self._pending = self._pending, {}
-            self._armed = False
-        if not pending:
-            return 0
-        by_widget: dict[int, tuple[Any, list[Apply]]] = {}
-        for (wid, _key), (widget, apply) in pending.items():
-            by_widget.setdefault(wid, (widget, []))[1].append(apply)
-        for widget, applies in by_widget.values():
-            hold = getattr(widget, "hold_sync", None)
-            if hold is None:
-                self._run(applies)
-            else:
-                with hold():
+            self._polls[(id(widget), key)] = (widget, apply)
+        self._kick()
+
+    def unpoll(self, widget: Any, key: str) -> None:
+        with self._lock:
+            self._polls.pop((id(widget), key), None)
+
+    @contextlib.contextmanager
+    def applying(self) -> Iterator[None]:
+        """Hold while changing a pumped widget from another thread (the kernel's, on a click)."""
+        with self._applying:
+            yield
+
+    # -- applying ---------------------------------------------------------------------------------------
+    def flush(self) -> int:
+        """Apply every pending update and run every poll now, on the calling thread; returns how many ran."""
+        with self._applying:
+            with self._lock:
+                pending, self._pending = self._pending, {}
+                polls = [item for item in self._polls.items() if item[0] not in pending]
+                work = list(pending.items()) + polls
+            if not work:
+                return 0
+            by_widget: dict[int, tuple[Any, list[Apply]]] = {}
+            for (wid, _key), (widget, apply) in work:
+                by_widget.setdefault(wid, (widget, []))[1].append(apply)
+            for widget, applies in by_widget.values():
+                hold = getattr(widget, "hold_sync", None)
+                if hold is None:
                     self._run(applies)
-        self.applied += 1
-        return len(pending)
+                else:
+                    with hold():
+                        self._run(applies)
+            self.applied += 1
+            return len(work)
 
     @staticmethod
     def _run(applies: list[Apply]) -> None:
         for apply in applies:
             try:
                 apply()
-            except Exception:  # one broken view must not stop the others, nor the producer thread
+            except Exception:  # one broken view must not stop the others, nor the pump
                 log.exception("msvm widget update failed")
 
-    def _arm(self) -> None:
-        assert self.loop is not None
-        delay = max(0.0, self._last + self.interval - self.loop.time())
-        self.loop.call_later(delay, self._drain)
+    def _kick(self) -> None:
+        if not self.background:
+            return
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._loop, name="msvm-widget-pump", daemon=True)
+                    self._thread.start()
+        self._wake.set()
 
-    def _drain(self) -> None:
-        assert self.loop is not None
-        self._last = self.loop.time()
-        self.flush()
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                polling = bool(self._polls)
+            # polls tick on their own; otherwise sleep until a producer submits
+            self._wake.wait(self.interval if polling else None)
+            self._wake.clear()
+            delay = self._last + self.interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)  # the throttle: updates arriving meanwhile join this tick
+            self._last = time.monotonic()
+            self.flush()
 
 
 _DEFAULT: UpdatePump | None = None
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+_DEFAULT_LOCK = threading.Lock()
 
 
 def default_pump() -> UpdatePump:
-    """The process's pump, bound to the kernel's loop (call it from the kernel's thread, e.g. in a cell)."""
+    """The process's pump (one thread for every view)."""
     global _DEFAULT
-    loop = _running_loop()
-    stale = _DEFAULT is None or (_DEFAULT.loop is None and loop is not None)
-    if _DEFAULT is not None and _DEFAULT.loop is not None and _DEFAULT.loop.is_closed():
-        stale = True
-    if stale:
-        _DEFAULT = UpdatePump(loop)
-    assert _DEFAULT is not None
-    return _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = UpdatePump()
+        return _DEFAULT
