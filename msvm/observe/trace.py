@@ -3,7 +3,8 @@
 Tracing is off by default and then costs one flag test per call: calls take the plain generated
 code. When on, functions run a variant of the generated code instrumented with timestamps.
 Events are JSON lines in ``.bclog`` files (one file per process and session) and stay readable in
-memory (``recent_events``) for widgets; ``to_csv`` and ``to_chrome_trace`` convert them.
+memory (``recent_events``) for widgets; ``to_csv`` and ``to_chrome_trace`` convert them, and
+``split_calls`` groups a stream's instruction events into the calls they belong to.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,52 @@ class TraceEvent:
     mode: str  # "interp" | "jit" | "compile"
     shape: list[int] | None = None
     reason: str | None = None
+
+
+@dataclass
+class TraceCall:
+    """The instruction events of one call of a function, on one thread, in time order."""
+
+    function: str
+    thread: int
+    events: list[TraceEvent] = field(default_factory=list)
+    returned: bool = False  # ended at its RET (False: it raised, or the trace stopped first)
+
+    @property
+    def start_ns(self) -> int:
+        return self.events[0].start_ns
+
+    @property
+    def end_ns(self) -> int:
+        return max(e.start_ns + e.dur_ns for e in self.events)
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+def split_calls(events: Iterable[TraceEvent]) -> list[TraceCall]:
+    """Group execution events (interpreted instructions, native regions) into calls, in time order.
+
+    A call is traced whole (the flag is tested at entry), so it starts at its function's first
+    instruction and ends at its RET; the entry block has no predecessors, so its first address comes
+    back only with the next call, which splits a call that raised before its RET from the next one.
+    Compile events belong to no call.
+    """
+    open_calls: dict[int, TraceCall] = {}
+    calls: list[TraceCall] = []
+    for e in sorted(events, key=lambda e: e.start_ns):
+        if e.mode == "compile":
+            continue
+        call = open_calls.get(e.thread)
+        if call is None or call.function != e.function or e.address == call.events[0].address:
+            call = open_calls[e.thread] = TraceCall(e.function, e.thread)
+            calls.append(call)
+        call.events.append(e)
+        if e.opcode == "RET":
+            call.returned = True
+            del open_calls[e.thread]
+    return calls
 
 
 class TraceRecorder:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import html
 import threading
+import time
 from typing import Any
 
 import numpy as np
 import pytest
-from msvm_widgets import JITCacheView, JITMonitor, SCDView, UpdatePump
+from msvm_widgets import JITCacheView, JITMonitor, SCDView, UpdatePump, theme
+from msvm_widgets.monitor import recent_events
 from msvm_widgets.scd import tensor_row
 
 import msvm.ops
@@ -53,6 +55,17 @@ def _fresh_jit() -> None:
     vm.reset()
 
 
+def flushed(pump: UpdatePump, timeout: float = 10.0) -> int:
+    """Flush the pump once the compiler thread has handed it something (it dispatches events itself)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        applied = pump.flush()
+        if applied:
+            return applied
+        time.sleep(0.01)
+    return 0
+
+
 def x_and_h() -> tuple:
     return np.ones((2, 3, 16, 16), np.float32), mutable(8)
 
@@ -92,7 +105,7 @@ def test_scd_view_for_call_reports_a_failing_analysis() -> None:
 def test_cache_view_matches_jit_info_and_shows_listings() -> None:
     block = make_block()
     hot(block, *x_and_h())
-    view = JITCacheView(function="block")
+    view = JITCacheView(function="block", pump=UpdatePump(background=False))
     entries = [e for e in vm.jit_info() if e["function"] == "block"]
     assert entries and [e["name"] for e in view.entries] == [e["name"] for e in entries]
     assert list(view.picker.options) == [e["name"] for e in entries]
@@ -113,7 +126,7 @@ def test_cache_view_says_which_bucket_shares_which_code() -> None:
 
     hot(bucketed, np.ones(5, np.float32))
     hot(bucketed, np.ones(40, np.float32))
-    view = JITCacheView(function="bucketed")
+    view = JITCacheView(function="bucketed", pump=UpdatePump(background=False))
     first, second = view.entries
     assert first["code_from"] is None and second["code_from"] == first["name"]
     assert "code_from" in view.table.value
@@ -125,7 +138,7 @@ def test_fallback_entries_are_red_with_their_reason() -> None:
     vm._inject_compile_fault("error")
     block = make_block()
     hot(block, *x_and_h())
-    view = JITCacheView()
+    view = JITCacheView(pump=UpdatePump(background=False))
     fallback = [e for e in view.entries if e["status"] == "fallback"]
     assert fallback and fallback[0]["reason"]
     assert 'class="msvm-bad"' in view.table.value
@@ -133,7 +146,7 @@ def test_fallback_entries_are_red_with_their_reason() -> None:
 
 
 def test_monitor_updates_only_through_the_pump() -> None:
-    pump = UpdatePump(None)
+    pump = UpdatePump(background=False)
     monitor = JITMonitor(pump=pump)
     assert "msvm-jit-monitor" in monitor._dom_classes
     before = monitor.redraws
@@ -142,8 +155,8 @@ def test_monitor_updates_only_through_the_pump() -> None:
     worker.start()
     worker.join()
     assert monitor.redraws == before  # the compiler thread's events did not touch the widget
-    assert pump.flush() >= 1
-    assert monitor.redraws == before + 1
+    assert flushed(pump) >= 1
+    assert monitor.redraws >= before + 1
     assert [e["name"] for e in monitor.cache] == [e["name"] for e in vm.jit_info()]
     assert any(e["kind"] == "installed" for e in monitor.events)
     monitor.close()
@@ -177,7 +190,7 @@ def test_the_monitor_shows_quick_code_landing_and_its_tier_up() -> None:
             x = msvm.ops.maximum(x * c + 0.1, x - 0.05)
         return x
 
-    monitor = JITMonitor(pump=UpdatePump(None))
+    monitor = JITMonitor(pump=UpdatePump(background=False))
     hot(chain, np.ones((8, 8), np.float32))
     assert vm.wait_for_compiles(30)
     monitor.refresh()
@@ -187,3 +200,57 @@ def test_the_monitor_shows_quick_code_landing_and_its_tier_up() -> None:
     assert "installed" in kinds and "tier-up" in kinds
     assert "tier-up" in monitor.static_text() and 'class="msvm-good"' in monitor.view.value
     monitor.close()
+
+
+def test_recent_events_keep_compile_events_and_collapse_periodic_samples() -> None:
+    compiles = [{"seq": i, "kind": kind, "entry": f"e{i}"}
+                for i, kind in enumerate(["queued", "started", "installed"] * 5)]
+    samples = [{"seq": 100 + i, "kind": "hit-rate", "entry": None, "rate": i / 100} for i in range(60)]
+    shown = recent_events(compiles + samples)
+    assert [e["kind"] for e in shown[:-1]] == [e["kind"] for e in compiles[-12:]]  # none pushed out
+    assert shown[-1]["kind"] == "hit-rate ×60" and shown[-1]["rate"] == 0.59  # the latest sample, counted
+
+
+def test_views_show_per_function_hit_rates() -> None:
+    block, other = make_block(), make_data_dependent()
+    hot(block, *x_and_h())
+    other(np.ones(5, np.float32))
+    monitor = JITMonitor(pump=UpdatePump(background=False), live=False)
+    rows = {r["function"]: r for r in monitor.functions}
+    rate = vm.jit_monitor().hit_rate("block")
+    assert 0 < rate <= 1 and rows["block"]["hit_rate"] == rate
+    assert rows["block"]["hits"] == sum(e["hits"] for e in vm.jit_info() if e["function"] == "block")
+    assert vm.jit_monitor().hit_rate("positions") == 0.0
+    view = JITCacheView(function="block", pump=UpdatePump(background=False), live=False)
+    assert f"hit rate of block {theme.cell_text(rate, 'rate')}" in view.summary()
+
+
+def test_numbers_carry_sensible_precision() -> None:
+    assert theme.cell_text(216.165, "compile_ms") == "216 ms"
+    assert theme.cell_text(0.0421, "native_ms") == "42.1 µs"
+    assert theme.cell_text(0.9312, "hit_rate") == "93.1 %"
+    assert theme.cell_text(12_345, "code_bytes") == "12.1 KiB"
+    assert theme.cell_text({"lower": 1.234, "llvm": 38.12}, "phase_ms") == "lower=1.23 ms, llvm=38.1 ms"
+    assert theme.exact_duration(41_377_218) == "41.377218 ms"
+
+
+def test_views_say_what_a_reset_dropped_and_never_list_it() -> None:
+    block = make_block()
+    hot(block, *x_and_h())
+    pump = UpdatePump(background=False)
+    monitor, cache = JITMonitor(pump=pump), JITCacheView(pump=pump)
+    names = [e["name"] for e in cache.entries]
+    assert names and cache.picker.value == names[0]
+    flushed(pump, timeout=0.3)
+    vm.reset()
+    assert flushed(pump) >= 1  # the reset reached both views through the compiler thread and the pump
+    assert monitor.cache == [] and monitor.reset_at is not None
+    assert "ms.vm.reset() emptied the JIT cache" in monitor.view.value
+    assert cache.entries == [] and list(cache.picker.options) == [] and cache.code.value == ""
+    assert cache.gone == names and "gone" in cache.table.value and names[0] in cache.static_text()
+    hot(block, *x_and_h())  # the same entries come back: no longer gone
+    flushed(pump)
+    cache.refresh()
+    assert [e["name"] for e in cache.entries] == names and cache.gone == []
+    monitor.close()
+    cache.close()

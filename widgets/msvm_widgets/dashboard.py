@@ -42,10 +42,11 @@ class Dashboard(StaticFallback, widgets.VBox):
         except MsvmError as exc:
             self.error = str(exc)
         where = "at RET" if execution.finished else f"stopped at {format_address(execution.pc)} by an error"
-        self.registers = RegisterView(execution.registers, caption=f"Registers of {call.describe()} {where}")
+        caption = f"Registers of {call.describe()} {where}"
+        self.registers = RegisterView.from_execution(execution, caption=caption)
         self.result = execution.result
         self.scd = SCDView.for_call(call.fn, *call.positional())
-        self.timeline = TraceTimeline(events, title=f"Trace of the cell ({call.name})")
+        self.timeline = TraceTimeline(events, title=f"Trace of the cell ({call.name})", retrace=call.traced)
         debugged = debug_call or call
         self.debugger = Debugger.for_call(debugged.fn, *debugged.positional())
         self.cache = JITCacheView(function=execution.exe.name)
@@ -55,9 +56,10 @@ class Dashboard(StaticFallback, widgets.VBox):
         head = theme.note(self.caption(), self._caption_css())
         self.header = widgets.HTML(theme.page(head, "msvm-dashboard-head"))
         self.tabs = widgets.Tab(children=[self.registers, self.scd, self.timeline, self.debugger, self.cache,
-                                          self.monitor, bytecode], titles=list(TABS))
+                                          self.monitor, bytecode], titles=list(TABS),
+                                layout=widgets.Layout(width="100%"))
         self.tabs.selected_index = TABS.index("Debugger") if debug else 0
-        super().__init__(children=[self.header, self.tabs], **kwargs)
+        super().__init__(children=[self.header, self.tabs], layout=widgets.Layout(width="100%"), **kwargs)
         self.add_class("msvm-dashboard")
 
     @classmethod

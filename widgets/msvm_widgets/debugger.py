@@ -21,7 +21,7 @@ from msvm.interpreter import Execution
 from . import theme
 from .calls import describe_value
 from .fallback import StaticFallback
-from .registers import RegisterView
+from .registers import RegisterView, register_names
 
 LISTING_HEADERS = ("", "address", "instruction", "source")
 
@@ -38,7 +38,7 @@ class Debugger(StaticFallback, widgets.VBox):
         self.written: int | None = None
         self.listing = widgets.HTML(layout=widgets.Layout(margin="0 16px 0 0"))
         self.listing.add_class("msvm-listing")
-        self.registers = RegisterView(caption="Registers")
+        self.registers = RegisterView(caption="Registers", names=register_names(self.execution))
         self.status = widgets.HTML()
         buttons = [("Step", self.step, "step one instruction"),
                    ("Step over region", self.step_over_region, "run to the next block boundary"),

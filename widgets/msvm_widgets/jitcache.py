@@ -2,11 +2,13 @@
 
 Why only ``ms.vm`` calls: entries come from ``jit_info()`` and listings from ``disassemble(entry,
 kind)``; the view lays them out, marks fallbacks in red with their reason, and says so plainly when
-reading the cache fails.
+reading the cache fails. It follows the JIT's events through the update pump, so it never lists
+entries that ``ms.vm.reset()`` dropped: it says they are gone instead.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import ipywidgets as widgets
@@ -15,6 +17,7 @@ from msvm import vm
 
 from . import theme
 from .fallback import StaticFallback
+from .pump import UpdatePump, default_pump
 
 COLUMNS = ("name", "function", "region", "mode", "status", "tier", "source", "hits", "waiting", "compile_ms",
            "compile_cpu_ms",
@@ -32,43 +35,81 @@ def status_class(entry: dict) -> str:
 class JITCacheView(StaticFallback, widgets.VBox):
     """The cache table (optionally one function's entries) and a code pane for the selected entry."""
 
-    def __init__(self, function: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, function: str | None = None, *, live: bool = True, pump: UpdatePump | None = None,
+                 **kwargs: Any) -> None:
         self.function = function
+        self.pump = pump or default_pump()
         self.entries: list[dict] = []
+        self.gone: list[str] = []  # entries this view listed that a reset dropped
         self.unavailable: str | None = None
         self.rate: float | None = None
+        self.function_rate: float | None = None
         self.avg_ms: float | None = None
-        self.table = widgets.HTML()
+        self._shown: tuple | None = None  # what the code pane shows: (name, kind, status)
+        self._callback: Any = None
+        self.table = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.picker = widgets.Dropdown(description="entry", options=[], layout=widgets.Layout(width="460px"))
         self.kind = widgets.ToggleButtons(options=KINDS, value="bytecode", style={"button_width": "90px"})
-        self.code = widgets.HTML()
+        self.code = widgets.HTML(layout=widgets.Layout(width="100%"))
         refresh = widgets.Button(description="Refresh", layout=widgets.Layout(width="auto"))
         refresh.on_click(lambda _b: self.refresh())
         self.picker.observe(lambda _c: self.show_code(), names="value")
         self.kind.observe(lambda _c: self.show_code(), names="value")
         controls = widgets.HBox([self.picker, self.kind, refresh],
                                 layout=widgets.Layout(flex_flow="row wrap"))
-        super().__init__(children=[self.table, controls, self.code], **kwargs)
+        super().__init__(children=[self.table, controls, self.code], layout=widgets.Layout(width="100%"),
+                         **kwargs)
         self.add_class("msvm-jit-cache")
         self.refresh()
+        if live:
+            self.follow()
+
+    def follow(self) -> None:
+        """Redraw (through the pump) whenever the JIT reports an event, a reset included."""
+        if self._callback is not None:
+            return
+        ref = weakref.ref(self)
+        monitor = vm.jit_monitor()
+
+        def callback(_event: dict) -> None:
+            view = ref()
+            if view is None:
+                monitor.unsubscribe(callback)
+                return
+            view.pump.submit(view.table, "refresh", view.refresh)
+
+        self._callback = callback
+        monitor.subscribe(callback)
+
+    def close(self) -> None:
+        if self._callback is not None:
+            vm.jit_monitor().unsubscribe(self._callback)
+            self._callback = None
+        super().close()
 
     def refresh(self) -> None:
-        """Re-read ``ms.vm.jit_info()`` and redraw."""
-        self.unavailable = None
-        entries: list[dict] = []
-        try:
-            entries = list(vm.jit_info())
-            self.rate, self.avg_ms = vm.get_jit_hit_rate(), vm.get_avg_compile_time()
-        except Exception as exc:  # the JIT's failure is shown in the view, not raised into the cell
-            self.unavailable = f"JIT cache unavailable: {type(exc).__name__}: {exc}"
-        self.entries = [e for e in entries if self.function is None or e.get("function") == self.function]
-        names = [str(e.get("name")) for e in self.entries]
-        selected = self.picker.value if self.picker.value in names else (names[0] if names else None)
-        if tuple(self.picker.options) != tuple(names):
-            self.picker.options = names  # selects the first entry
-        self.picker.value = selected
-        self.table.value = self._table_html()
-        self.show_code()
+        """Re-read ``ms.vm.jit_info()`` and redraw; entries listed before and dropped since are named gone."""
+        with self.pump.applying():
+            self.unavailable = None
+            entries: list[dict] = []
+            try:
+                entries = list(vm.jit_info())
+                monitor = vm.jit_monitor()
+                self.rate, self.avg_ms = monitor.hit_rate(), vm.get_avg_compile_time()
+                self.function_rate = monitor.hit_rate(self.function) if self.function else None
+            except Exception as exc:  # the JIT's failure is shown in the view, not raised into the cell
+                self.unavailable = f"JIT cache unavailable: {type(exc).__name__}: {exc}"
+            listed = [str(e.get("name")) for e in self.entries]
+            self.entries = [e for e in entries if self.function is None or e.get("function") == self.function]
+            names = [str(e.get("name")) for e in self.entries]
+            if not self.unavailable:
+                self.gone = [n for n in dict.fromkeys(self.gone + listed) if n not in names]
+            selected = self.picker.value if self.picker.value in names else (names[0] if names else None)
+            if tuple(self.picker.options) != tuple(names):
+                self.picker.options = names  # selects the first entry
+            self.picker.value = selected
+            self.table.value = self._table_html()
+            self.show_code()
 
     def entry(self, name: str) -> dict | None:
         return next((e for e in self.entries if str(e.get("name")) == name), None)
@@ -78,35 +119,54 @@ class JITCacheView(StaticFallback, widgets.VBox):
         return str(vm.disassemble(self.entry(name) or name, kind=kind))
 
     def show_code(self) -> None:
-        name = self.picker.value
-        if self.unavailable or name is None:
-            self.code.value = ""
-            return
-        entry = self.entry(name) or {}
-        try:
-            text = self.listing(name, self.kind.value)
-        except Exception as exc:  # an entry evicted meanwhile, or a listing the JIT did not keep
-            text = f"({self.kind.value} not available for {name}: {exc})"
-        detail = f"{name}: {entry.get('status', '?')}"
-        for key, label in (("symbols", "symbols"), ("bounds", "arena bounds"), ("phase_ms", "phases (ms)")):
-            if entry.get(key):
-                detail += f"; {label}: {theme.cell_text(entry[key])}"
-        if entry.get("code_from"):
-            detail += f"; shares the machine code of {entry['code_from']} (another bucket: compiled once)"
-        if entry.get("reason"):
-            detail += f"; reason: {entry['reason']}"
-        self.code.value = theme.page(theme.note(detail) + theme.code_block(text), "msvm-jit-code")
+        with self.pump.applying():
+            name = self.picker.value
+            entry = self.entry(name) if name is not None else None
+            if self.unavailable or entry is None:
+                self._shown = None
+                self.code.value = ""
+                return
+            shown = (name, self.kind.value, entry.get("status"), entry.get("tier"))
+            if shown == self._shown:
+                return  # a listing costs milliseconds: redraw it only when it would change
+            self._shown = shown
+            try:
+                text = self.listing(name, self.kind.value)
+            except Exception as exc:  # an entry evicted meanwhile, or a listing the JIT did not keep
+                text = f"({self.kind.value} not available for {name}: {exc})"
+            detail = f"{name}: {entry.get('status', '?')}"
+            for key, label in (("symbols", "symbols"), ("bounds", "arena bounds"), ("phase_ms", "phases")):
+                if entry.get(key):
+                    detail += f"; {label}: {theme.cell_text(entry[key], key)}"
+            if entry.get("code_from"):
+                detail += f"; shares the machine code of {entry['code_from']} (another bucket: compiled once)"
+            if entry.get("reason"):
+                detail += f"; reason: {entry['reason']}"
+            self.code.value = theme.page(theme.note(detail) + theme.code_block(text), "msvm-jit-code")
 
     def summary(self) -> str:
         if self.unavailable:
             return self.unavailable
         scope = f" of {self.function}" if self.function else ""
+        rate = (f"hit rate of {self.function} {theme.cell_text(self.function_rate, 'rate')}, all functions "
+                if self.function else "hit rate ")
         return (f"{len(self.entries)} cache entr{'y' if len(self.entries) == 1 else 'ies'}{scope}; "
-                f"hit rate (all functions) {theme.cell_text(self.rate)}; "
-                f"average compile time {theme.cell_text(self.avg_ms)} ms")
+                f"{rate}{theme.cell_text(self.rate, 'rate')}; "
+                f"average compile time {theme.cell_text(self.avg_ms, 'compile_ms')}")
+
+    def gone_note(self) -> str | None:
+        """What the view listed before ``ms.vm.reset()`` (or an eviction) and no longer exists."""
+        if not self.gone:
+            return None
+        shown = ", ".join(self.gone[:3]) + (f" and {len(self.gone) - 3} more" if len(self.gone) > 3 else "")
+        return (f"{len(self.gone)} entr{'y' if len(self.gone) == 1 else 'ies'} shown here before "
+                f"{'is' if len(self.gone) == 1 else 'are'} gone (ms.vm.reset() or an eviction): {shown}")
 
     def _table_html(self) -> str:
         body = theme.title("JIT cache") + theme.note(self.summary())
+        gone = self.gone_note()
+        if gone:
+            body += theme.note(gone, "msvm-note msvm-reset")
         if self.entries:
             columns = theme.record_columns(self.entries, COLUMNS)
             body += theme.html_table(columns, theme.record_rows(self.entries, columns),
@@ -118,6 +178,9 @@ class JITCacheView(StaticFallback, widgets.VBox):
 
     def static_text(self) -> str:
         text = f"JIT cache: {self.summary()}"
+        gone = self.gone_note()
+        if gone:
+            text += f"\n{gone}"
         if self.entries:
             columns = theme.record_columns(self.entries, COLUMNS)
             marks = ["!" if e.get("status") == "fallback" else "" for e in self.entries]

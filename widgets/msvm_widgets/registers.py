@@ -2,12 +2,14 @@
 
 Why a view of ``RegisterState`` and nothing else: the interpreter's stepping ``Execution`` already
 knows each register's concrete and symbolic shape, dtype, device, strides, data address, size and
-producer; this widget only lays them out (and updates while the Debugger steps).
+producer; this widget only lays them out (and updates while the Debugger steps). The ``variable``
+column names the Python parameter a register holds (``R0  x``), read from the TENSOR_CREATE and
+SCALAR_ARG that bind it; the frontend's source map has no names for the other registers yet.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -18,12 +20,20 @@ from msvm.interpreter import Execution, RegisterState
 from . import theme
 from .fallback import StaticFallback
 
-HEADERS = ("reg", "kind", "shape / value", "symbolic", "dtype", "device", "strides", "address", "nbytes",
-           "producer", "by")
+HEADERS = ("reg", "variable", "kind", "shape / value", "symbolic", "dtype", "device", "strides", "address",
+           "nbytes", "producer", "by")
 
 
-def register_row(reg: RegisterState) -> list[str]:
-    """One table row: shapes and strides as lists, the data address in hex, the producer as an address."""
+def register_names(execution: Execution) -> dict[int, str]:
+    """Register → the parameter it holds, for the registers bound by TENSOR_CREATE or SCALAR_ARG."""
+    fn = execution.exe.info.function
+    return {ins["dst"]: fn.params[ins["arg"]] for _, _, ins in fn.instructions()
+            if ins.name in ("TENSOR_CREATE", "SCALAR_ARG") and 0 <= ins["arg"] < len(fn.params)}
+
+
+def register_row(reg: RegisterState, names: Mapping[int, str] | None = None) -> list[str]:
+    """One table row: the variable held, shapes and strides as lists, the data address in hex, the
+    producer as an address."""
     if reg.kind == "tensor":
         shown = str(list(reg.shape or ()))
     elif reg.kind == "empty":
@@ -32,6 +42,7 @@ def register_row(reg: RegisterState) -> list[str]:
         shown = repr(reg.value)
     return [
         reg.name,
+        (names or {}).get(reg.index, ""),
         reg.kind,
         shown,
         reg.symbolic or "",
@@ -49,18 +60,20 @@ class RegisterView(StaticFallback, widgets.HTML):
     """A table of registers; ``update()`` replaces them (the register just written is highlighted)."""
 
     def __init__(self, registers: Sequence[RegisterState] = (), *, caption: str = "Registers",
-                 written: int | None = None, **kwargs: Any) -> None:
+                 written: int | None = None, names: Mapping[int, str] | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("layout", widgets.Layout(width="100%"))
         super().__init__(**kwargs)
         self.add_class("msvm-register-view")
         self.registers: list[RegisterState] = []
+        self.names = dict(names or {})
         self.caption = caption
         self.written: int | None = None
         self.update(registers, written=written)
 
     @classmethod
     def from_execution(cls, execution: Execution, **kwargs: Any) -> RegisterView:
-        """The registers of a (paused or finished) Execution."""
-        return cls(execution.registers, **kwargs)
+        """The registers of a (paused or finished) Execution, with the parameters' names."""
+        return cls(execution.registers, names=register_names(execution), **kwargs)
 
     def update(self, registers: Sequence[RegisterState], *, written: int | None = None,
                caption: str | None = None) -> None:
@@ -72,7 +85,7 @@ class RegisterView(StaticFallback, widgets.HTML):
         self.value = self.static_html()
 
     def rows(self) -> list[list[str]]:
-        return [register_row(r) for r in self.registers]
+        return [register_row(r, self.names) for r in self.registers]
 
     def static_html(self) -> str:
         if not self.registers:

@@ -11,6 +11,7 @@ instead of being clipped by the widget that holds them.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
 STYLE = """<style>
@@ -89,17 +90,66 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]], markers
     return "\n".join(lines)
 
 
-def cell_text(value: object) -> str:
-    """A record field as table text: floats to 3 decimals, dicts as ``k=v``, lists comma-joined."""
+def number(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits, never in exponent form: 216, 21.6, 0.0216, 41,377."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(digits - 1 - math.floor(math.log10(abs(value))), 0)
+    return f"{value:,.{decimals}f}"
+
+
+def duration(ns: float) -> str:
+    """A duration to 3 significant digits in the unit that reads best: ``850 ns``, ``41.4 µs``, ``216 ms``."""
+    scale, unit = unit_of(ns)
+    return f"{number(ns / scale)} {unit}"
+
+
+def exact_duration(ns: int) -> str:
+    """A duration to the nanosecond, in a readable unit: ``850 ns``, ``41.377218 ms``, ``1.000000002 s``."""
+    scale, unit = unit_of(ns)
+    decimals = len(str(int(scale))) - 1
+    return f"{ns / scale:,.{decimals}f} {unit}"
+
+
+UNITS = ((1, "ns"), (1_000, "µs"), (1_000_000, "ms"), (1_000_000_000, "s"))
+
+
+def unit_of(ns: float) -> tuple[float, str]:
+    """The largest unit in which ``ns`` is at least 1 (ns below 1 µs): (ns per unit, its symbol)."""
+    chosen = UNITS[0]
+    for scale, unit in UNITS:
+        if abs(ns) >= scale:
+            chosen = (scale, unit)
+    return chosen
+
+
+def cell_text(value: object, column: str = "") -> str:
+    """A record field as table text: ``*_ms`` as durations, ``*_bytes`` in KiB/MiB, rates in %, other
+    floats to 3 significant digits, dicts as ``k=v``, lists comma-joined."""
     if value is None:
         return ""
-    if isinstance(value, float):
-        return f"{value:.3f}"
     if isinstance(value, dict):
-        return ", ".join(f"{k}={cell_text(v)}" for k, v in value.items())
+        return ", ".join(f"{k}={cell_text(v, column)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(cell_text(v) for v in value) + "]"
-    return str(value)
+        return "[" + ", ".join(cell_text(v, column) for v in value) + "]"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if column.endswith("_ms") or column == "ms":
+        return duration(value * 1e6)
+    if column.endswith("bytes"):
+        return size(value)
+    if column.endswith("rate"):
+        return f"{number(value * 100)} %"
+    return number(value) if isinstance(value, float) else str(value)
+
+
+def size(nbytes: float) -> str:
+    """``512 B``, ``12.3 KiB``, ``4.50 MiB``."""
+    for unit in ("B", "KiB", "MiB"):
+        if abs(nbytes) < 1024 or unit == "MiB":
+            return f"{nbytes:.0f} B" if unit == "B" else f"{number(nbytes)} {unit}"
+        nbytes /= 1024
+    raise AssertionError("unreachable")
 
 
 def record_columns(records: Sequence[dict], wanted: Sequence[str]) -> list[str]:
@@ -109,4 +159,4 @@ def record_columns(records: Sequence[dict], wanted: Sequence[str]) -> list[str]:
 
 
 def record_rows(records: Sequence[dict], columns: Sequence[str]) -> list[list[str]]:
-    return [[cell_text(record.get(c)) for c in columns] for record in records]
+    return [[cell_text(record.get(c), c) for c in columns] for record in records]
