@@ -35,8 +35,8 @@ VARIANTS = (
                         "(blocks of 8 float32 / 4 float64 channels, padded)",
             kind="native", flops=conv_flops, bytes=conv_bytes, workspace=conv_nchwc.workspace),
     Variant("conv2d", "im2col_gemm", conv_gemm.make_im2col, dtypes=FLOATS, when=conv_gemm.applies_im2col,
-            constraints="any conv2d; needs a BLAS ?gemm; the column matrix in bands of output rows",
-            kind="blas", flops=conv_flops, bytes=conv_bytes, workspace=conv_gemm.workspace_im2col),
+            constraints="any conv2d; needs a BLAS ?gemm", kind="blas", flops=conv_flops, bytes=conv_bytes,
+            workspace=conv_gemm.workspace_im2col),
     Variant("conv2d", "direct_1x1", conv_gemm.make_1x1, dtypes=FLOATS, when=conv_gemm.applies_1x1,
             constraints="1x1 kernel, no padding, any stride/groups (stride > 1 gathers the input); "
                         "needs BLAS",
