@@ -89,3 +89,17 @@ def test_the_reference_policy_checks_the_reference_kernels_workspace():
     small, small_w = (1, 8, 16, 16), (4, 8, 3, 3)
     site, arrays = _conv_site(small, small_w, (1, 4, 14, 14))
     assert site.choose(*arrays).variant == "reference"
+
+
+def test_attention_whose_scores_are_over_the_limit_raises_before_any_kernel_runs():
+    """100,000 queries and keys of 64 features: a 26 MB output, 40 GB of scores in every kernel."""
+    shapes = ((1, 100_000, 64),) * 3
+    typed = [TensorType(ShapeSpec.of(list(s)), "float32") for s in shapes]
+    binding = bind_site(REGISTRY["scaled_dot_product_attention"], {"is_causal": False, "scale": None}, typed,
+                        typed[:1], address=3)
+    stand_ins = [np.broadcast_to(np.float32(0), s) for s in shapes]
+    with pytest.raises(ResourceLimitError) as err:
+        binding.dispatcher.choose(*stand_ins)
+    assert err.value.code == "E-LIMIT-TENSOR" and "pool 40,000,000,000" in str(err.value)
+    small = [np.broadcast_to(np.float32(0), (1, 64, 64))] * 3
+    assert binding.dispatcher.choose(*small).variant in ("pool", "reference")
