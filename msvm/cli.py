@@ -1,4 +1,4 @@
-"""The ``msvm`` command line: validate, dis, asm, run, trace conversion and the demo.
+"""The ``msvm`` command line: validate, dis, asm, run, trace conversion, ONNX import and the demo.
 
 Exit codes of ``validate`` are a contract for scripts: 0 valid, 1 invalid, 2 unreadable.
 """
@@ -140,6 +140,25 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_onnx(args: argparse.Namespace) -> int:
+    from . import onnx
+    from .bytecode.binary import save_module
+    from .verifier import verify_module
+
+    if args.check:
+        problems = onnx.check(args.file)
+        for problem in problems:
+            print(f"  {problem.message}" + (f" ({problem.hint})" if problem.hint else ""))
+        print(f"{args.file}: {len(problems)} unsupported node(s)" if problems else f"{args.file}: supported")
+        return 1 if problems else 0
+    module, _ = onnx.translate(args.file)
+    verify_module(module)
+    out = Path(args.output or Path(args.file).with_suffix(".msbc"))
+    save_module(module, out)
+    print(f"wrote {out} ({out.stat().st_size} bytes)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="msvm", description="MS-BC bytecode tools and the msvm demo.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -177,6 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="a short tour in the terminal: compile, verify, disassemble, run")
     p.add_argument("--headless", action="store_true", help="accepted for symmetry with the lab launcher")
     p.set_defaults(fn=_cmd_demo)
+
+    p = sub.add_parser("onnx", help="import an ONNX model: verify and save it as .msbc, or --check its ops")
+    p.add_argument("file")
+    p.add_argument("-o", "--output", help="output path (default: FILE with .msbc suffix)")
+    p.add_argument("--check", action="store_true", help="list every unsupported node, exit 1 if any")
+    p.set_defaults(fn=_cmd_onnx)
     return parser
 
 

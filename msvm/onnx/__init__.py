@@ -9,20 +9,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..bytecode.module import Module
 from ..errors import OnnxImportError
 from ..options import parse_options
 from . import convert_nn, convert_tensor  # noqa: F401  (registers the converters)
-from .graph import CONVERTERS, Importer, node_error, opset_of, unsupported_reason
+from .graph import CONVERTERS, Importer, node_error, opset_of, supported_hint, unsupported_reason
 from .model import OnnxFunction, OnnxModel
 from .proto import read_model
+
+
+def translate(source: Any) -> tuple[Module, Importer]:
+    """The MS-BC module of an ONNX model (a path, bytes or ModelProto), not yet verified, and its importer."""
+    importer = Importer(read_model(source))
+    return importer.build(), importer
 
 
 def load(source: Any, **jit_options: Any) -> OnnxModel:
     """Import an ONNX model (a path, bytes or an ``onnx.ModelProto``) as an msvm model."""
     options = parse_options(jit_options)
-    src = read_model(source)
-    importer = Importer(src)
-    module = importer.build()
+    module, importer = translate(source)
     function = OnnxFunction(
         importer.fb.function.name, module, importer.input_dtypes, len(importer.output_names), options
     )
@@ -41,7 +46,7 @@ def check(source: Any) -> list[OnnxImportError]:
     for index, node in enumerate(src.model.graph.node):
         reason = unsupported_reason(node, opset)
         if reason is not None:
-            problems.append(node_error(node, index, opset, reason))
+            problems.append(node_error(node, index, opset, reason, supported_hint(node)))
     if not problems:
         try:
             Importer(src).build()
@@ -55,4 +60,4 @@ def supported_ops() -> list[str]:
     return sorted(CONVERTERS)
 
 
-__all__ = ["OnnxFunction", "OnnxModel", "check", "load", "supported_ops"]
+__all__ = ["OnnxFunction", "OnnxModel", "check", "load", "supported_ops", "translate"]

@@ -137,6 +137,16 @@ def opset_of(model: Any) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
+def supported_hint(node: Any) -> str:
+    """What an unsupported node could have been: the ops, or this op's attributes and their values."""
+    conv = CONVERTERS.get(node.op_type)
+    if conv is None or node.domain not in ("", "ai.onnx"):
+        return "ops " + ", ".join(sorted(CONVERTERS))
+    return f"{node.op_type} attributes " + (
+        ", ".join(k if v is None else f"{k} in {v}" for k, v in sorted(conv.attrs.items())) or "none"
+    )
+
+
 def node_label(node: Any, index: int) -> str:
     return node.name or f"{node.op_type}_{index}"
 
@@ -382,13 +392,7 @@ class Importer(Emitter):
     def _import_node(self, node: Any, index: int) -> None:
         reason = unsupported_reason(node, self.opset)
         if reason is not None:
-            conv = CONVERTERS.get(node.op_type)
-            supported = (
-                ", ".join(sorted(k for k in conv.attrs))
-                if conv and node.op_type in CONVERTERS
-                else "the ops listed by ms.onnx.supported_ops()"
-            )
-            raise self.node_error(node, index, reason, supported)
+            raise self.node_error(node, index, reason, supported_hint(node))
         inputs: list[Value | None] = []
         for name in node.input:
             if not name:
