@@ -195,6 +195,7 @@ OP_EXAMPLES: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "silu": (("float32[N, C]",), {}),
     "relu": (("float32[N, C]",), {}),
     "gelu": (("float32[N, C]",), {"approximate": "tanh"}),
+    "erf": (("float32[N, C]",), {}),
     "clamp": (("float32[N, C]",), {"min": 0.0, "max": 6.0}),
     "cast": (("float32[N, C]",), {"dtype": "float16"}),
     # elementwise binary and comparisons (numpy broadcasting)
@@ -246,6 +247,7 @@ OP_EXAMPLES: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "batch_norm": (("float32[N, 16, H, W]", "float32[16]", "float32[16]", "float32[16]", "float32[16]"), {}),
     "layer_norm": (("float32[B, L, 256]", "float32[256]", "float32[256]"), {"normalized_shape": 256}),
     "group_norm": (("float32[N, 32, H, W]",), {"num_groups": 8}),
+    "lrn": (("float32[N, 64, H, W]",), {"size": 5}),
     "max_pool2d": (("float32[N, C, H, W]",), {"kernel_size": 2}),
     "avg_pool2d": (("float32[N, C, H, W]",), {"kernel_size": 3, "stride": 2, "padding": 1}),
     "adaptive_avg_pool2d": (("float32[N, C, H, W]",), {"output_size": 1}),
