@@ -144,7 +144,7 @@ def make_mlp(p: dict[str, np.ndarray], **options: Any):
     @ms.jit(**options)
     def mlp(x: ms.Tensor["R", 1024]):
         h = ms.ops.gelu(ms.ops.linear(x, w1, b1))
-        return ms.ops.layer_norm(x + ms.ops.linear(h, w2, b2), g, beta, normalized_shape=(1024,))
+        return ms.ops.layer_norm(x + ms.ops.linear(h, w2, b2), (1024,), g, beta)
 
     return mlp
 
@@ -183,14 +183,14 @@ def make_encoder(p: dict[str, np.ndarray], **options: Any):
 
     @ms.jit(**options)
     def encoder(x: ms.Tensor["L", 256]):
-        h = ms.ops.layer_norm(x, g1, be1, normalized_shape=(256,))
+        h = ms.ops.layer_norm(x, (256,), g1, be1)
         qkv = ms.ops.linear(h, wqkv, bqkv)
         q = qkv[:, 0:256].reshape(-1, 4, 64).transpose(1, 0, 2)
         k = qkv[:, 256:512].reshape(-1, 4, 64).transpose(1, 0, 2)
         v = qkv[:, 512:768].reshape(-1, 4, 64).transpose(1, 0, 2)
         a = ms.ops.scaled_dot_product_attention(q, k, v).transpose(1, 0, 2).reshape(-1, 256)
         x = x + ms.ops.linear(a, wo, bo)
-        h = ms.ops.layer_norm(x, g2, be2, normalized_shape=(256,))
+        h = ms.ops.layer_norm(x, (256,), g2, be2)
         return x + ms.ops.linear(ms.ops.gelu(ms.ops.linear(h, w1, b1)), w2, b2)
 
     return encoder
@@ -226,7 +226,7 @@ def make_w5(p: dict[str, np.ndarray], **options: Any):
 
     @ms.jit(**options)
     def w5(x: ms.Tensor["R", 1024]):
-        return ms.ops.layer_norm(ms.ops.gelu(x * a + b) + x, g, beta, normalized_shape=(1024,))
+        return ms.ops.layer_norm(ms.ops.gelu(x * a + b) + x, (1024,), g, beta)
 
     return w5
 

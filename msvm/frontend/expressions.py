@@ -17,6 +17,7 @@ import numpy as np
 
 from ..bytecode.module import Instruction
 from ..errors import CompileError
+from ..ops.functions import FunctionDef
 from ..ops.registry import REGISTRY, OpDef, OpTypeError
 from .checks import MISSING, unknown_name
 from .emitter import EmitError, State
@@ -472,12 +473,31 @@ class ExpressionCompiler(Merger):
         try:
             inputs, attrs = op.bind(args, kwargs)
         except TypeError as exc:
-            raise self.error("E-COMPILE-OP", node, str(exc), f"ms.ops.{op.name} takes inputs "
-                             f"({', '.join(op.inputs)}) and attributes ({', '.join(op.attrs)})") from None
-        while inputs and inputs[-1] is None and len(inputs) > len(op.inputs) - op.optional_inputs:
-            inputs.pop()
+            raise self.error("E-COMPILE-OP", node, str(exc), f"call it as {op.usage()}") from None
         ts, _ = self.tensors(inputs)
+        if isinstance(op, FunctionDef):
+            return op.expand(_EmitBuild(self), *ts, **self.function_attrs(op, attrs))
         return self.call(op, ts, attrs)
+
+    def function_attrs(self, op: FunctionDef, attrs: dict[str, Any]) -> dict[str, Any]:
+        """A function's attributes checked as its ops will see them; run-time values pass on as they are."""
+        checked = op.check_attrs({key: self._attr(key, value)[1] for key, value in attrs.items()})
+        return {key: attrs[key] if key in attrs and not is_static(attrs[key]) else value
+                for key, value in checked.items()}
+
+
+class _EmitBuild:
+    """A function's ops emitted as OP_CALLs where it is called (``msvm.ops.functions``)."""
+
+    def __init__(self, compiler: ExpressionCompiler) -> None:
+        self.compiler = compiler
+
+    def __call__(self, op: str, *inputs: Any, **attrs: Any) -> Any:
+        ts, _ = self.compiler.tensors(list(inputs))
+        return self.compiler.call(op, ts, attrs)
+
+    def rank(self, value: TensorVal) -> int:
+        return value.rank
 
 
 def _scalarish(value: Any) -> bool:

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ..shapes import ShapeSpec
-from .nn_common import NN, NnOpDef, common_float_dtype, require_rank, require_same
+from .nn_common import NN, NnOpDef, common_float_dtype, only, require_rank, require_same
 from .registry import Attr, InferContext, OpTypeError, TensorType, register
 
 _OP = "scaled_dot_product_attention"
@@ -72,9 +72,12 @@ def _sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, attn_mask: np.ndarray | N
 
 
 register(NnOpDef(
-    name=_OP, inputs=("q", "k", "v", "attn_mask"),
+    name=_OP, inputs=("query", "key", "value", "attn_mask"),
     attrs={"is_causal": Attr("bool", False, doc="mask out keys after each query (lower triangle, top-left)"),
            "scale": Attr("float", None, doc="score scale; None = 1/sqrt(E)")},
     infer=_sdpa_infer, kernel=_sdpa, traits=NN | {"linalg"}, optional_inputs=1,
+    params=("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "*", "scale", "enable_gqa"),
+    call_only={"dropout_p": only(0.0, "msvm runs inference only: no dropout (dropout_p=0.0)"),
+               "enable_gqa": only(False, "repeat the key and value heads to the query's head count first")},
     doc="softmax(q @ k^T * scale + mask) @ v (torch F.scaled_dot_product_attention, no dropout)",
 ))

@@ -108,7 +108,7 @@ def _conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, *
 _PAIR_DOC = "an int for both H and W, or a pair (h, w)"
 
 register(NnOpDef(
-    name="conv2d", inputs=("x", "weight", "bias"),
+    name="conv2d", inputs=("input", "weight", "bias"),
     attrs={
         "stride": Attr("ints", (1, 1), doc=_PAIR_DOC),
         "padding": Attr("ints_or_str", (0, 0), choices=("same", "valid"),

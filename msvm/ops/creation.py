@@ -6,7 +6,8 @@ length is ``ceildiv(stop - start, step)``, with a run-time guard where its sign 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -76,7 +77,21 @@ def _arange_infer(ctx: InferContext, start: Any, stop: Any, step: Any, dtype: st
     return TensorType(ShapeSpec([n]), dtype)
 
 
-register(OpDef(
+@dataclass
+class RangeOpDef(OpDef):
+    """arange, called as numpy's and torch's: ``arange(stop)`` or ``arange(start, stop[, step])``."""
+
+    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        inputs, attrs = super().bind(args, kwargs)
+        if "stop" not in attrs and "start" in attrs:  # a lone bound is where the range stops
+            attrs["stop"] = attrs.pop("start")
+        return inputs, attrs
+
+    def shown_default(self, key: str, default: Any) -> Any:
+        return None if key == "stop" else default
+
+
+register(RangeOpDef(
     name="arange", inputs=(),
     attrs={"start": Attr("dim", 0, doc="first value (inclusive)"), "stop": Attr("dim", doc="end (exclusive)"),
            "step": Attr("dim", 1, doc="spacing: a non-zero int, or a register that must be > 0 at run time"),

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .registry import Attr, InferContext, OpDef, OpTypeError, TensorType, register
+from .nn_common import INPLACE
+from .registry import Attr, CallOnly, InferContext, OpDef, OpTypeError, TensorType, register
 
 # Trait sets, declared once per family (later layers select ops by these names).
 UNARY = frozenset({"elementwise", "unary"})
@@ -216,11 +217,25 @@ def _unary_infer(name: str, rule: DtypeRule) -> Callable[..., TensorType]:
 
 def register_unary(name: str, kernel: Callable[..., np.ndarray], rule: DtypeRule, doc: str,
                    attrs: dict[str, Attr] | None = None, numpy_fn: Any = None) -> OpDef:
-    """Register one unary elementwise op: same shape as the input, dtype from ``rule``."""
+    """Register one unary elementwise op: same shape as the input, dtype from ``rule``.
+
+    An op that ``torch.nn.functional`` also has is called its way (``TORCH_CALLS``): ``input``, the
+    attributes, then torch's flags that change nothing here; ``x`` stays a keyword for the input.
+    """
+    attrs = attrs or {}
+    torch = TORCH_CALLS.get(name)
+    call = {} if torch is None else {"params": ("input", *attrs, *torch), "aliases": {"input": "x"},
+                                     "call_only": torch}
     return register(OpDef(
-        name=name, inputs=("x",), attrs=attrs or {}, infer=_unary_infer(name, rule), kernel=kernel,
-        traits=UNARY, doc=doc, extra={"numpy": numpy_fn} if numpy_fn is not None else {},
+        name=name, inputs=("x",), attrs=attrs, infer=_unary_infer(name, rule), kernel=kernel,
+        traits=UNARY, doc=doc, extra={"numpy": numpy_fn} if numpy_fn is not None else {}, **call,
     ))
+
+
+# the unary ops torch.nn.functional has, with its parameters that are no attributes here
+TORCH_CALLS: dict[str, dict[str, CallOnly]] = {
+    "relu": INPLACE, "silu": INPLACE, "sigmoid": {}, "tanh": {}, "gelu": {},
+}
 
 
 _FLOAT = float_dtype

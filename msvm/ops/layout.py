@@ -164,8 +164,8 @@ def _sign(v: Dim) -> int:
     for k, factors in v.terms:
         if not factors:
             constant = k
-        elif all(isinstance(f, str) or _sign(f[1]) == _sign(f[2]) == 1 for f in factors):
-            signs.add(1 if k > 0 else -1)  # a product of sizes (or of floordiv/mod/min/max of them) is >= 0
+        elif all(isinstance(f, str) or _nonnegative_term(*f) for f in factors):
+            signs.add(1 if k > 0 else -1)  # a product of sizes (or of terms >= 0 made of them) is >= 0
         else:
             return 0
     if signs <= {1} and constant >= 0:
@@ -173,6 +173,13 @@ def _sign(v: Dim) -> int:
     if signs <= {-1} and constant < 0:
         return -1
     return 0
+
+
+def _nonnegative_term(op: str, a: Dim, b: Dim) -> bool:
+    """``max`` needs one argument >= 0; ``min``, ``//`` and ``%`` both (sizes divide by sizes)."""
+    if op == "max":
+        return _sign(a) == 1 or _sign(b) == 1
+    return _sign(a) == _sign(b) == 1
 
 
 def _position(v: Dim, cls: str, size: Dim, forward: bool) -> Dim:
@@ -317,6 +324,7 @@ def _concat_infer(ctx: InferContext, *xs: TensorType, axis: int) -> TensorType:
 register(OpDef(
     name="concat", inputs=("*tensors",), attrs={"axis": Attr("int", 0, doc="the joined axis")},
     infer=_concat_infer, kernel=lambda *xs, axis: np.concatenate(xs, axis=axis), traits=LAYOUT,
+    aliases={"dim": "axis"},  # torch.cat(tensors, dim)
     doc="tensors joined along axis (np.concatenate; dtypes promote like numpy)",
 ))
 
@@ -405,6 +413,7 @@ register(OpDef(
                         doc="fill with value, mirror the edge (excluding it), or repeat the edge element"),
            "value": Attr("float", 0.0, doc="fill value for mode='constant'")},
     infer=_pad_infer, kernel=_pad, traits=LAYOUT,
+    params=("input", "pad", "mode", "value"), aliases={"input": "x", "pad": "pads"},  # F.pad's names
     doc="x padded (torch F.pad; reflect follows numpy when a pad exceeds the dim)",
 ))
 
@@ -504,6 +513,7 @@ register(OpDef(
     attrs={"start_dim": Attr("int", 0, doc="first dim merged (negative counts from the end)"),
            "end_dim": Attr("int", -1, doc="last dim merged, inclusive (negative counts from the end)")},
     infer=_flatten_infer, kernel=_flatten, traits=LAYOUT,
+    params=("input", "start_dim", "end_dim"), aliases={"input": "x"},  # torch.flatten's names
     doc="dims start_dim..end_dim merged into one (torch.flatten; a scalar becomes [1])",
 ))
 

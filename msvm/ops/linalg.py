@@ -71,7 +71,7 @@ def _linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.nda
 
 
 register(NnOpDef(
-    name="linear", inputs=("x", "w", "b"), attrs={}, infer=_linear_infer, kernel=_linear,
+    name="linear", inputs=("input", "weight", "bias"), attrs={}, infer=_linear_infer, kernel=_linear,
     traits=NN | LINALG, optional_inputs=1,
     doc="x @ w.T + b (PyTorch F.linear): w is [out, in], the bias b is optional",
 ))

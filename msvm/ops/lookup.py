@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..shapes import ShapeSpec
-from .nn_common import NN, NnOpDef, require_index_dtype, require_rank
+from .nn_common import NN, NnOpDef, ignored, only, require_index_dtype, require_rank
 from .registry import InferContext, TensorType, register
 
 
@@ -30,7 +30,11 @@ def _embedding(indices: np.ndarray, weight: np.ndarray) -> np.ndarray:
 
 
 register(NnOpDef(
-    name="embedding", inputs=("indices", "weight"), attrs={},
+    name="embedding", inputs=("input", "weight"), attrs={},
+    # padding_idx, norm_type, scale_grad_by_freq and sparse only change gradients; max_norm rescales rows
+    call_only={"padding_idx": ignored(None),
+               "max_norm": only(None, "renormalise the weight rows before the call"),
+               "norm_type": ignored(2.0), "scale_grad_by_freq": ignored(False), "sparse": ignored(False)},
     infer=_embedding_infer, kernel=_embedding, traits=NN | {"layout"},
     doc="weight rows at int32/int64 indices (torch F.embedding): indices.shape + [embedding_dim]; "
         "an index outside [0, num_embeddings) raises IndexError",

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..shapes import Dim, ShapeSpec, as_dim, ceildiv, dmax, dmin
-from .registry import InferContext, OpDef, OpTypeError, TensorType, eager_arrays
+from .registry import CallOnly, InferContext, OpDef, OpTypeError, TensorType, eager_arrays
 
 NN = frozenset({"nn"})
 FLOAT_DTYPES = ("float32", "float64")
@@ -47,19 +47,11 @@ class NnOpDef(OpDef):
         if unknown:
             raise ValueError(f"op {self.name}: spread names unknown attributes {sorted(unknown)}")
 
-    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        """Like OpDef.bind, with inputs also taken by keyword and ``None`` meaning an absent input."""
-        n = min(len(args), len(self.inputs))
-        slots = [*args[:n], *(kwargs.get(name) for name in self.inputs[n:])]
-        inputs, attrs = super().bind((*slots, *args[n:]), kwargs)
-        while inputs and inputs[-1] is None:
-            inputs.pop()
-        gaps = [name for name, value in zip(self.inputs, inputs) if value is None]
-        if gaps:
-            given = self.inputs[len(inputs) - 1]
-            raise TypeError(f"{self.name}() got {given!r} but not {gaps[0]!r}: optional inputs can only be "
-                            f"left out from the end (pass an explicit {gaps[0]} instead)")
-        return inputs, attrs
+    def shown_default(self, key: str, default: Any) -> Any:
+        """A spread attribute's default of one repeated value shows as that value (torch's ``stride=1``)."""
+        if key in self.spread and isinstance(default, tuple) and default and len(set(default)) == 1:
+            return default[0]
+        return default
 
     def check_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
         raw = dict(attrs)
@@ -83,15 +75,35 @@ class NnOpDef(OpDef):
                                   "give one value per spatial dim (H, W), or a single value for all")
         return out
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def run(self, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
         """Eager call: check the call with the shape function, then run the reference kernel."""
-        inputs, attrs = self.bind(args, kwargs)
         self.check_arity(len(inputs))
         attrs = self.check_attrs(attrs)
         arrays = eager_arrays(inputs)
         types = [TensorType(ShapeSpec(a.shape), a.dtype.name) for a in arrays]
         self.infer(InferContext(), *types, **attrs)
         return self.kernel(*arrays, **attrs)
+
+
+# -- torch's call-only parameters --------------------------------------------------------------------
+
+
+def ignored(default: Any) -> CallOnly:
+    """A torch parameter that changes nothing in inference (``inplace``, ``momentum``): any value."""
+    return CallOnly(default)
+
+
+def only(default: Any, hint: str) -> CallOnly:
+    """A torch parameter msvm supports at its default only (``training=False``); ``hint`` says what works."""
+    def accepts(value: Any) -> bool:
+        if value is None or default is None or isinstance(default, bool):
+            return value is default or (isinstance(value, np.bool_) and bool(value) is default)
+        return isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and value == default
+
+    return CallOnly(default, accepts, hint)
+
+
+INPLACE = {"inplace": ignored(False)}  # msvm's results are new tensors: inplace=True computes the same values
 
 
 # -- dtypes -------------------------------------------------------------------------------------------

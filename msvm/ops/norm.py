@@ -20,6 +20,8 @@ from .nn_common import (
     NN,
     NnOpDef,
     common_float_dtype,
+    ignored,
+    only,
     require_divisible,
     require_rank,
     require_same,
@@ -89,9 +91,13 @@ def _batch_norm(x: np.ndarray, running_mean: np.ndarray, running_var: np.ndarray
 
 
 register(NnOpDef(
-    name="batch_norm", inputs=("x", "running_mean", "running_var", "weight", "bias"),
+    name="batch_norm", inputs=("input", "running_mean", "running_var", "weight", "bias"),
     attrs={"eps": _EPS}, infer=_batch_norm_infer, kernel=_batch_norm, traits=NN | {"elementwise"},
     optional_inputs=2,
+    params=("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
+    call_only={"training": only(False, "msvm runs inference only: pass training=False (the running "
+                                       "statistics normalise)"),
+               "momentum": ignored(0.1)},
     doc="inference batch norm (torch F.batch_norm, training=False): channels at dim 1, any rank >= 2",
 ))
 
@@ -136,7 +142,8 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray | None = None, bias: np.ndarra
 
 
 register(NnOpDef(
-    name="layer_norm", inputs=("x", "weight", "bias"),
+    name="layer_norm", inputs=("input", "weight", "bias"),
+    params=("input", "normalized_shape", "weight", "bias", "eps"),
     attrs={"normalized_shape": Attr("dims", doc="the trailing dims to normalise over (an int for one dim)"),
            "eps": _EPS},
     infer=_layer_norm_infer, kernel=_layer_norm, traits=NN | {"reduction"}, optional_inputs=2,
@@ -170,7 +177,8 @@ def _group_norm(x: np.ndarray, weight: np.ndarray | None = None, bias: np.ndarra
 
 
 register(NnOpDef(
-    name="group_norm", inputs=("x", "weight", "bias"),
+    name="group_norm", inputs=("input", "weight", "bias"),
+    params=("input", "num_groups", "weight", "bias", "eps"),
     attrs={"num_groups": Attr("int", doc="number of channel groups (must divide the channels)"), "eps": _EPS},
     infer=_group_norm_infer, kernel=_group_norm, traits=NN | {"reduction"}, optional_inputs=2,
     extra={"row_kernel": True},

@@ -19,6 +19,7 @@ from .nn_common import (
     NN,
     NnOpDef,
     common_float_dtype,
+    only,
     require_at_least,
     require_nonnegative_attr,
     require_positive,
@@ -123,13 +124,14 @@ _CEIL = {"ceil_mode": Attr("bool", False,
 _PAIRS = {"kernel_size": 2, "stride": 2, "padding": 2}
 
 register(NnOpDef(
-    name="max_pool2d", inputs=("x",),
+    name="max_pool2d", inputs=("input",),
     attrs={**_WINDOW_ATTRS, "dilation": Attr("ints", (1, 1), doc=f"window dilation, {_PAIR}"), **_CEIL},
     infer=_pool_infer("max_pool2d"), kernel=_max_pool2d, traits=POOLING, spread={**_PAIRS, "dilation": 2},
+    call_only={"return_indices": only(False, "msvm's max_pool2d returns the values only")},
     doc="max over sliding windows (torch F.max_pool2d, without return_indices): [N, C, H, W] or [C, H, W]",
 ))
 register(NnOpDef(
-    name="avg_pool2d", inputs=("x",),
+    name="avg_pool2d", inputs=("input",),
     attrs={**_WINDOW_ATTRS, **_CEIL,
            "count_include_pad": Attr("bool", True, doc="padding counts in the divisor"),
            "divisor_override": Attr("int", None, doc="divide every window sum by this instead")},
@@ -170,7 +172,7 @@ def _adaptive_avg_pool2d(x: np.ndarray, *, output_size: Pair) -> np.ndarray:
 
 
 register(NnOpDef(
-    name="adaptive_avg_pool2d", inputs=("x",),
+    name="adaptive_avg_pool2d", inputs=("input",),
     attrs={"output_size": Attr("dims", doc=f"output (H, W): {_PAIR}; may name scalar registers")},
     infer=_adaptive_infer, kernel=_adaptive_avg_pool2d, traits=POOLING, spread={"output_size": 2},
     doc="average over adaptive bins [floor(i*H/oh), ceil((i+1)*H/oh)) (torch F.adaptive_avg_pool2d)",

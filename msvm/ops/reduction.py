@@ -17,6 +17,7 @@ import numpy as np
 
 from ..shapes import ShapeSpec
 from .elementwise import as_float, float_dtype
+from .nn_common import ignored, only
 from .registry import Attr, InferContext, OpDef, OpTypeError, TensorType, register
 
 REDUCTION = frozenset({"reduction"})
@@ -43,6 +44,9 @@ def reduced_shape(shape: ShapeSpec, axes: tuple[int, ...], keepdims: bool) -> Sh
 def _probe_dtype(fn: Callable[[np.ndarray], Any], dtype: str) -> str:
     return np.asarray(fn(np.ones(1, dtype=dtype))).dtype.name
 
+
+# torch's spellings of the axis parameters (``x.sum(dim=1, keepdim=True)``), kept beside numpy's
+TORCH_AXIS_NAMES = {"dim": "axis", "keepdim": "keepdims"}
 
 _AXIS_ATTRS = {
     "axis": Attr("axes", None, doc="None (all), an axis or a tuple of axes; negative counts from the end"),
@@ -96,7 +100,8 @@ _REDUCTION_TABLE: Sequence[tuple[str, Callable[..., np.ndarray], Callable[[np.nd
 
 for _name, _kernel, _probe, _doc in _REDUCTION_TABLE:
     register(OpDef(name=_name, inputs=("x",), attrs=dict(_AXIS_ATTRS), infer=_reduce_infer(_name, _probe),
-                   kernel=_kernel, traits=REDUCTION, doc=_doc, extra={"numpy": _probe}))
+                   kernel=_kernel, traits=REDUCTION, doc=_doc, extra={"numpy": _probe},
+                   aliases=TORCH_AXIS_NAMES))
 
 
 def _argmax_infer(ctx: InferContext, x: TensorType, axis: int | None, keepdims: bool) -> TensorType:
@@ -115,7 +120,7 @@ register(OpDef(
     name="argmax", inputs=("x",),
     attrs={"axis": Attr("int", None, doc="axis, or None for the flattened tensor"),
            "keepdims": Attr("bool", False, doc="keep the reduced axis (all if axis is None) as size 1")},
-    infer=_argmax_infer, kernel=_argmax, traits=REDUCTION,
+    infer=_argmax_infer, kernel=_argmax, traits=REDUCTION, aliases=TORCH_AXIS_NAMES,
     doc="index of the first maximum (int64); an empty reduction raises",
 ))
 
@@ -150,6 +155,9 @@ for _name, _kernel, _doc in (
 ):
     register(OpDef(name=_name, inputs=("x",), attrs={"axis": Attr("int", -1, doc="the normalised axis")},
                    infer=_normalize_infer(_name), kernel=_kernel, traits=REDUCTION, doc=_doc,
+                   params=("input", "dim", "_stacklevel", "dtype"), aliases={"input": "x", "dim": "axis"},
+                   call_only={"_stacklevel": ignored(3),
+                              "dtype": only(None, f"cast first: F.{_name}(x.astype('float64'), dim)")},
                    extra={"row_kernel": True}))
 
 __all__ = ["REDUCTION", "reduce_axes", "reduced_shape"]

@@ -35,6 +35,7 @@ docs/ops.md) and the op tests.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,7 +171,21 @@ class InferContext:
         return axis % rank
 
 
+@dataclass(frozen=True)
+class CallOnly:
+    """A parameter of an op's Python call that is no attribute (torch's ``training=``, ``inplace=``).
+
+    It is checked where the call is written and then dropped: ``accepts`` says which values work
+    (None: any, the parameter changes nothing msvm computes), ``hint`` what to write instead.
+    """
+
+    default: Any
+    accepts: Callable[[Any], bool] | None = None
+    hint: str = ""
+
+
 Infer = Callable[..., "TensorType | Sequence[TensorType]"]
+_POSITIONAL, _KEYWORD_ONLY = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
 Kernel = Callable[..., "np.ndarray | tuple[np.ndarray, ...]"]
 
 
@@ -182,6 +197,13 @@ class OpDef:
     ``infer(ctx, *input_types, **attrs)`` returns the output type(s) — dim-valued attributes
     arrive as symbolic ``Dim``s. ``kernel(*arrays, **attrs)`` returns the output array(s) — dim
     attributes arrive as ints. ``outputs`` is the output count or a function of the attributes.
+
+    The Python call (``ms.ops.<name>``, the frontend's calls, ``msvm.nn.functional``, the docs) is
+    ``params``: the parameter names in call order, each an input, an attribute, a ``call_only``
+    parameter or an ``aliases`` key (another name for an input or attribute: torch's ``dim`` for
+    ``axis``); by default the inputs, then the attributes, then the call-only parameters. A ``"*"``
+    among them makes the rest keyword-only, as in Python. Inputs and attributes are always accepted
+    by keyword under their own names too.
     """
 
     name: str
@@ -194,6 +216,9 @@ class OpDef:
     doc: str = ""
     optional_inputs: int = 0  # trailing inputs that may be omitted (e.g. linear's bias)
     extra: dict = field(default_factory=dict)  # free-form data for later layers (lowering hints)
+    params: tuple[str, ...] = ()
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    call_only: Mapping[str, CallOnly] = field(default_factory=dict)
 
     @property
     def variadic(self) -> bool:
@@ -235,39 +260,99 @@ class OpDef:
                 out[key] = spec.default
         return out
 
+    # -- the Python call ------------------------------------------------------------------------------
+    @property
+    def call_params(self) -> tuple[str, ...]:
+        """The parameters of the Python call, in order (without the ``"*"``)."""
+        named = tuple(name for name in self.params if name != "*")
+        return named or (*self.inputs, *self.attrs, *self.call_only)
+
+    @property
+    def positional_params(self) -> tuple[str, ...]:
+        """The parameters a positional argument can fill: those before a ``"*"``."""
+        return self.params[:self.params.index("*")] if "*" in self.params else self.call_params
+
+    def target(self, name: str) -> str | None:
+        """The input, attribute or call-only parameter a call's ``name`` fills (None: none)."""
+        key = self.aliases.get(name, name)
+        return key if key in self.inputs or key in self.attrs or key in self.call_only else None
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        """The call's signature (``inspect.signature(ms.ops.conv2d)``), derived from ``call_params``."""
+        positional = self.positional_params
+        optional = set(self.inputs[len(self.inputs) - self.optional_inputs:])
+        params = []
+        for name in self.call_params:
+            kind = _POSITIONAL if name in positional else _KEYWORD_ONLY
+            key = self.target(name)
+            if key in self.call_only:
+                default: Any = self.call_only[key].default
+            elif key in self.attrs:
+                shown = self.shown_default(key, self.attrs[key].default)
+                default = inspect.Parameter.empty if shown is REQUIRED else shown
+            else:
+                default = None if key in optional else inspect.Parameter.empty
+            params.append(inspect.Parameter(name.lstrip("*"), kind, default=default))
+        return inspect.Signature(params)
+
+    def shown_default(self, key: str, default: Any) -> Any:
+        """An attribute's default as the call's signature shows it."""
+        return default
+
+    def usage(self) -> str:
+        return f"{self.name}{self.__signature__}"
+
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        """Split a Python-style call into (inputs, attrs): positionals fill inputs, then attributes."""
-        args = list(args)
+        """Split a Python-style call into (inputs, attrs) by ``call_params``.
+
+        ``None`` for an optional input means absent (torch's ``bias=None``); absent trailing inputs are
+        dropped, and call-only parameters are checked and dropped here.
+        """
+        names = self.positional_params
+        if len(args) > len(names):
+            raise TypeError(f"{self.name}() takes at most {len(names)} positional arguments, got "
+                            f"{len(args)}: {self.usage()}")
+        given: dict[str, Any] = {}
+        for name, value in [*zip(names, args), *kwargs.items()]:
+            key = self.target(name)
+            if key is None:
+                raise TypeError(f"{self.name}() got an unexpected keyword argument {name!r}: {self.usage()}")
+            if key in given:
+                raise TypeError(f"{self.name}() got multiple values for {name!r}: {self.usage()}")
+            given[key] = value
+        for key, spec in self.call_only.items():
+            value = given.pop(key, spec.default)
+            if spec.accepts is not None and not spec.accepts(value):
+                raise OpTypeError("ATTR-VALUE", f"{self.name}: {key}={value!r} is not supported",
+                                  spec.hint or None)
         if self.variadic:
-            if not args:
+            first = given.pop(self.inputs[0], None)
+            if first is None:
                 raise TypeError(f"{self.name}() needs a list of tensors")
-            first = args.pop(0)
             inputs = list(first) if isinstance(first, (list, tuple)) else [first]
         else:
-            n = min(len(args), len(self.inputs))
-            inputs, args = args[:n], args[n:]
-            for name in self.inputs[n:]:
-                if name in kwargs:
-                    inputs.append(kwargs[name])
-        names = [k for k in self.attrs]
-        if len(args) > len(names):
-            most = len(self.inputs) + len(names)
-            raise TypeError(f"{self.name}() takes at most {most} positional arguments")
-        attrs = dict(zip(names, args))
-        for key, value in kwargs.items():
-            if key in self.inputs:
-                continue
-            if key in attrs:
-                raise TypeError(f"{self.name}() got multiple values for {key!r}")
-            attrs[key] = value
-        return inputs, attrs
+            inputs = [given.pop(name, None) for name in self.inputs]
+            required = len(self.inputs) - self.optional_inputs
+            while len(inputs) > required and inputs[-1] is None:
+                inputs.pop()
+            gaps = [name for name, value in zip(self.inputs, inputs) if value is None]
+            if gaps and len(inputs) > required:
+                raise TypeError(f"{self.name}() got {self.inputs[len(inputs) - 1]!r} but not {gaps[0]!r}: "
+                                "optional inputs can only be left out from the end (pass an explicit "
+                                f"{gaps[0]} instead)")
+            if gaps:
+                raise TypeError(f"{self.name}() is missing the input {gaps[0]!r}: {self.usage()}")
+        return inputs, given
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Eager call with numpy arrays: runs the reference kernel."""
-        inputs, attrs = self.bind(args, kwargs)
+        return self.run(*self.bind(args, kwargs))
+
+    def run(self, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
+        """The eager op on bound inputs and attributes (what ``bind`` gives)."""
         self.check_arity(len(inputs))
-        attrs = self.check_attrs(attrs)
-        return self.kernel(*eager_arrays(inputs), **attrs)
+        return self.kernel(*eager_arrays(inputs), **self.check_attrs(attrs))
 
 
 def eager_arrays(inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -367,8 +452,23 @@ def register(op: OpDef) -> OpDef:
                              f"(only {' and '.join(_WORD_KINDS)} accept words)")
         if spec.kind == "ints_or_str" and not spec.choices:
             raise ValueError(f"op {op.name}: attribute {key!r} of kind ints_or_str needs choices")
+    check_call_params(op)
     REGISTRY[op.name] = op
     return op
+
+
+def check_call_params(op: OpDef) -> None:
+    """Each call parameter fills one input, attribute or call-only parameter; every input has one."""
+    targets = [op.target(name) for name in op.call_params]
+    if None in targets:
+        raise ValueError(f"op {op.name}: call parameter {op.call_params[targets.index(None)]!r} fills "
+                         "nothing")
+    if len(set(targets)) != len(targets):
+        raise ValueError(f"op {op.name}: two call parameters fill the same input or attribute")
+    missing = [name for name in op.inputs if name not in targets]
+    if missing:
+        raise ValueError(f"op {op.name}: the inputs {missing} are not call parameters")
+    op.__signature__  # noqa: B018  (a required parameter after an optional one raises ValueError here)
 
 
 def get_op(name: str) -> OpDef:

@@ -112,7 +112,7 @@ _SCALE = Attr("floats", None, doc="(sh, sw) or one float: output = floor(input *
 _RESIZE_SPREAD = {"size": 2, "scale_factor": 2}
 
 register(NnOpDef(
-    name="resize_nearest", inputs=("x",), attrs={"size": _SIZE, "scale_factor": _SCALE},
+    name="resize_nearest", inputs=("input",), attrs={"size": _SIZE, "scale_factor": _SCALE},
     infer=_resize_infer("resize_nearest", float_only=False), kernel=_resize_nearest,
     traits=NN | {"layout"}, spread=_RESIZE_SPREAD,
     doc="nearest-neighbour resize of [N, C, H, W] (F.interpolate mode='nearest'); any dtype",
@@ -151,7 +151,7 @@ def _resize_bilinear(x: np.ndarray, *, size: Sequence[int] | None = None,
 
 
 register(NnOpDef(
-    name="resize_bilinear", inputs=("x",),
+    name="resize_bilinear", inputs=("input",),
     attrs={"size": _SIZE, "scale_factor": _SCALE,
            "align_corners": Attr("bool", False, doc="map corner pixel centres onto each other")},
     infer=_resize_infer("resize_bilinear", float_only=True), kernel=_resize_bilinear, traits=NN,

@@ -93,7 +93,7 @@ def _roi_align(x: np.ndarray, boxes: np.ndarray, *, output_size: tuple[int, int]
 
 
 register(NnOpDef(
-    name="roi_align", inputs=("x", "boxes"),
+    name="roi_align", inputs=("input", "boxes"),
     attrs={
         "output_size": Attr("ints", doc="(oh, ow) bins per box, or an int for both"),
         "spatial_scale": Attr("float", 1.0, doc="box coordinates are multiplied by this (feature stride)"),

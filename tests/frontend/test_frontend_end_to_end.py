@@ -132,7 +132,7 @@ def test_ms_ops_calls() -> None:
 
 @jit
 def conv_same(x: Tensor["N", 3, "H", "W"], w: Tensor[4, 3, 3, 3], b: Tensor[4]):
-    return ms.ops.linear(ms.ops.conv2d(x, w, padding="same").mean(axis=(2, 3)), ms.ops.ones((2, 4)), b=None) \
+    return ms.ops.linear(ms.ops.conv2d(x, w, padding="same").mean(axis=(2, 3)), ms.ops.ones((2, 4)), None) \
         + ms.ops.conv2d(x, w, b, padding="valid").sum()
 
 

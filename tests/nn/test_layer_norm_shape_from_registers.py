@@ -10,7 +10,7 @@ import msvm as ms
 
 @ms.jit
 def norm_rows(x: ms.Tensor["B", "C"], g: ms.Tensor["C"], b: ms.Tensor["C"]):
-    return ms.ops.layer_norm(x, g, b, normalized_shape=x.shape[1])
+    return ms.ops.layer_norm(x, x.shape[1], g, b)
 
 
 @pytest.mark.parametrize("policy", ["cost", "reference"])

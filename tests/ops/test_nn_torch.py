@@ -172,7 +172,7 @@ def test_layer_norm(shape: tuple, normalized: tuple, affine: bool, dtype: str) -
     x = randn(*shape, dtype=dtype) * 3 + 1
     wt, b = (randn(*normalized, dtype=dtype), randn(*normalized, dtype=dtype)) if affine else (None, None)
     expected = F.layer_norm(t(x), normalized, t(wt), t(b))
-    assert_matches(ops.layer_norm(x, wt, b, normalized_shape=normalized), expected)
+    assert_matches(ops.layer_norm(x, normalized, wt, b), expected)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -182,7 +182,7 @@ def test_layer_norm(shape: tuple, normalized: tuple, affine: bool, dtype: str) -
 def test_group_norm(shape: tuple, groups: int, affine: bool, dtype: str) -> None:
     x = randn(*shape, dtype=dtype)
     wt, b = (randn(shape[1], dtype=dtype), randn(shape[1], dtype=dtype)) if affine else (None, None)
-    assert_matches(ops.group_norm(x, wt, b, num_groups=groups), F.group_norm(t(x), groups, t(wt), t(b)))
+    assert_matches(ops.group_norm(x, groups, wt, b), F.group_norm(t(x), groups, t(wt), t(b)))
 
 
 # -- resize ---------------------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ def test_small_cnn_batch16_64x64() -> None:
     y = np.maximum(ops.batch_norm(y, mean, var, gamma, beta), 0)
     y = ops.max_pool2d(y, kernel_size=2)
     y = ops.conv2d(y, w2, stride=2, padding=1, groups=2)
-    y = ops.group_norm(y, gn_w, gn_b, num_groups=8)
+    y = ops.group_norm(y, 8, gn_w, gn_b)
     y = ops.conv2d(y, w3, padding="same", groups=32)
     y = ops.avg_pool2d(y, kernel_size=3, stride=2, padding=1, ceil_mode=True)
     y = ops.resize_bilinear(y, scale_factor=2.0)
