@@ -18,6 +18,7 @@ import numpy as np
 
 from ..bytecode.module import Module
 from ..bytecode.opcodes import DTYPES
+from ..errors import MsvmError
 from ..interpreter import Program
 from ..options import CACHE_MODES, JitOptions, parse_options
 from ..shapes import ShapeSpec
@@ -226,9 +227,32 @@ class JitFunction:
                 pinned.append(None)
             self._extractors.append(extract)
         self._key = _key_function(fast_paths, self._extractors, pinned)
+        self._deferred: MsvmError | None = None
         default = self._default_key(params)
         if default is not None:
-            self._compile(default)
+            try:
+                self._compile(default)
+            except MsvmError as exc:
+                self._deferred = exc
+                self._compile_other_guess(params, pinned, default)
+
+    def _compile_other_guess(self, params: list[inspect.Parameter], pinned: list[np.dtype | None],
+                             default: tuple) -> None:
+        """After the float32 guess failed: int64 for the unpinned tensors, and its error is the function's.
+
+        float32 is a guess no call asked for: a function of ids or masks does not compile for it, and
+        each dtype should compile (or fail, with its own message) at its first call. An error that the
+        int64 guess meets as well does not depend on the dtype and is raised at decoration, where it
+        was written.
+        """
+        guessed = [p.name in self.parsed.annotations and dtype is None for p, dtype in zip(params, pinned)]
+        if not any(guessed):
+            raise self._deferred  # the dtypes the annotations name: the version every call runs
+        other = tuple(np.dtype("int64") if g else part for g, part in zip(guessed, default))
+        try:
+            self._compile(other)
+        except MsvmError:
+            raise self._deferred from None
 
     def _default_key(self, params: list[inspect.Parameter]) -> tuple | None:
         """The key of the version compiled at decoration: every tensor annotated (float32 unless pinned)."""
@@ -357,8 +381,10 @@ class JitFunction:
     def bytecode(self) -> Module:
         """The Module of the most recently compiled version; ``str()`` of it is its disassembly."""
         if self._latest is None:
+            guess = (f" (its float32 version, compiled at decoration, failed: {self._deferred.message})"
+                     if self._deferred is not None else "")
             raise RuntimeError(
-                f"{self.__name__} has not been compiled yet: call it once, or annotate every tensor "
+                f"{self.__name__} has not been compiled yet{guess}: call it once, or annotate every tensor "
                 "parameter with ms.Tensor[...] (and give other parameters defaults) so that it compiles at "
                 "decoration")
         return self._latest.module

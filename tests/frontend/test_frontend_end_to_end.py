@@ -10,7 +10,7 @@ from frontend_helpers import assert_same, check, ops
 
 import msvm as ms
 import msvm.ops
-from msvm.errors import ShapeError
+from msvm.errors import CompileError, ShapeError
 from msvm.frontend import Tensor, jit, mutable, symbolic_mul
 
 RNG = np.random.default_rng(0)
@@ -583,3 +583,34 @@ def test_slice_start_before_the_axis_clamps_like_numpy() -> None:
     whole, empty = from_far_before(x)  # no spurious E-LIMIT-TENSOR from an unclamped H - h
     np.testing.assert_array_equal(whole, x)
     assert empty.shape == (1, 2, 0, 3)
+
+
+# -- dtypes come from the call ---------------------------------------------------------------------------
+
+TABLE = rand(10, 4)
+
+
+@jit
+def embed_ids(ids: Tensor["B", "S"]):  # the float32 guessed at decoration cannot index: no error here
+    return ms.ops.embedding(ids, TABLE)
+
+
+@jit
+def gather_rows(ids, mask):
+    return ms.ops.take(TABLE, ids, axis=0), ms.ops.embedding(ids, TABLE), TABLE[mask].sum()
+
+
+def test_dtype_comes_from_the_call_not_the_decoration() -> None:
+    ids = np.array([[1, 2], [3, 9]])
+    np.testing.assert_array_equal(embed_ids(ids), TABLE[ids])
+    np.testing.assert_array_equal(embed_ids(ids.astype(np.int32)), TABLE[ids])
+    with pytest.raises(CompileError, match="indices must be int32 or int64, got float32"):
+        embed_ids(ids.astype(np.float32))  # the version for float32 fails, with its message, when called
+
+
+def test_unannotated_integer_functions_just_work() -> None:
+    ids, mask = np.array([0, 7, 7]), TABLE > 0
+    took, embedded, total = gather_rows(ids, mask)
+    np.testing.assert_array_equal(took, TABLE[ids])
+    np.testing.assert_array_equal(embedded, TABLE[ids])
+    np.testing.assert_allclose(total, TABLE[mask].sum(), rtol=1e-6)
