@@ -509,11 +509,18 @@ def analyze(target: Any, *args: Any) -> ScdAnalysis:
 
 
 def specialisations(jitfn: Any, args: Sequence[Any]) -> list[dict]:
-    """Plain Python ints folded into the bytecode (the first "why no JIT" pitfall): one version per value."""
-    names = list(jitfn.parsed.signature.parameters)
+    """Plain Python ints folded into the bytecode (the first "why no JIT" pitfall): one version per value.
+
+    Only a ``@ms.jit`` function parsed from Python folds ints; a target without Python source (an
+    imported ONNX model's function) takes tensors only, so it has none.
+    """
+    parsed = getattr(jitfn, "parsed", None)
+    if parsed is None:
+        return []
+    names = list(parsed.signature.parameters)
     out = []
     for index, (name, value) in enumerate(zip(names, args)):
-        if type(value) is not int or name in jitfn.parsed.annotations:
+        if type(value) is not int or name in parsed.annotations:
             continue
         parts = [key[index] for key in jitfn.versions if len(key) > index]
         seen = sorted({part[1] for part in parts if isinstance(part, tuple) and part[:1] == (int,)})

@@ -46,12 +46,21 @@ def test_shape_subgraphs_become_shape_scalars_not_tensors(exported):
     text = str(model.bytecode)
     assert "SHAPE_PROPAGATE" in text
     assert "int64[" not in text
-    analysis = ms.vm.scd_analysis(model.function.executable, example((2, 5, 16), "float32"))
+    analysis = ms.vm.scd_analysis(model.function, example((2, 5, 16), "float32"))
     report = analysis.as_dict()
     assert report["regions"] and all(r["compilable"] and r["scd"] == 1.0 for r in report["regions"]), (
         analysis.text()
     )
     assert "seq=5" in analysis.text()
+    assert report["specialised"] == []
+
+
+def test_exact_gelu_of_torchscript_leaves_the_encoder_one_region(exported):
+    """TorchScript writes GELU as x * 0.5 * (1 + Erf(x / sqrt 2)): erf lowers, so nothing splits."""
+    model = ms.onnx.load(exported("encoder", "torchscript"))
+    assert "OP_CALL erf" in str(model.bytecode)
+    report = ms.vm.scd_analysis(model.function, example((2, 5, 16), "float32")).as_dict()
+    assert len(report["regions"]) == 1 and report["regions"][0]["compilable"]
 
 
 def test_bytecode_locations_name_the_onnx_nodes(exported):

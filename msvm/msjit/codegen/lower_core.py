@@ -62,7 +62,7 @@ def _pow_refusal(attrs: dict, input_types: Sequence[TensorType]) -> str | None:
     return None
 
 
-@lowers(*(ELEMENTWISE_OPS - {"erf"}))
+@lowers(*ELEMENTWISE_OPS)
 def _elementwise(ctx: Planner, op: OpDef, inputs: list[Expr], attrs: dict, out: list[TensorType]) -> Expr:
     t = out[0]
     extra: dict[str, Any] = {k: v for k, v in attrs.items() if k != "dtype"}
