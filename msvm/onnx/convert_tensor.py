@@ -120,7 +120,7 @@ def _binary(ctx: NodeCtx) -> Value:
         if op in _SCALAR:
             return ints_value([_elem_op(ctx, op, x, y) for x, y in zip(a, b)], rank0)
         if op == "Equal":
-            folded = [_fold_equal(x, y) for x, y in zip(a, b)]
+            folded = [fold_equal(x, y) for x, y in zip(a, b)]
             if None not in folded:
                 arr = np.array(folded, dtype=bool)
                 return frozen(arr.reshape(()) if rank0 else arr)
@@ -135,7 +135,7 @@ def _binary(ctx: NodeCtx) -> Value:
     return ctx.call(_BINARY[op], [ctx.value(0), ctx.value(1)])
 
 
-def _fold_equal(x: Any, y: Any) -> bool | None:
+def fold_equal(x: Any, y: Any) -> bool | None:
     """x == y for shape elements when the import can tell: a dim is never negative."""
     if isinstance(x, int) and isinstance(y, int):
         return x == y

@@ -29,7 +29,7 @@ def _two_outputs():
 def test_run_follows_onnxruntime_and_calls_return_a_tuple_for_several_outputs():
     model = ms.onnx.load(_two_outputs())
     x = np.array([[1.0, -2.0]], np.float32)
-    relu, neg = model(x)
+    relu, _neg = model(x)
     np.testing.assert_array_equal(relu, [[1, 0]])
     assert [a.tolist() for a in model.run(["n"], {"x": x})] == [[[-1.0, 2.0]]]
     assert len(model.run(None, {"x": x})) == 2
