@@ -5,6 +5,7 @@
 """
 
 from .annotations import Mutable, Tensor, TensorAnnotation, mutable, symbolic_mul
+from .calls import PortingWarning
 from .jitfunction import JitFunction, JitOptions, jit
 from .persist import LoadedModule, load, save
 
@@ -13,6 +14,7 @@ __all__ = [
     "JitOptions",
     "LoadedModule",
     "Mutable",
+    "PortingWarning",
     "Tensor",
     "TensorAnnotation",
     "jit",

@@ -11,12 +11,14 @@ from __future__ import annotations
 import ast
 import builtins
 import difflib
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..bytecode.opcodes import DTYPES
+from ..ops.functions import get_function
 from ..ops.registry import OpDef
 from .annotations import TensorAnnotation, symbolic_mul
 from .emitter import EmitError, State
@@ -28,7 +30,11 @@ from .values import BoolVal, ScalarVal, TensorVal, describe, is_int, is_static
 
 _NO_DEFAULT = object()
 
-# method name -> (parameter names, defaults); numpy's spelling
+
+class PortingWarning(UserWarning):
+    """A call whose numpy and torch meanings differ: it compiles with numpy's meaning."""
+
+# method name -> (parameter names, defaults); numpy's spelling, and torch's where numpy has none
 _METHODS: dict[str, tuple[tuple[str, ...], tuple[Any, ...]]] = {
     "sum": (("axis", "dtype", "out", "keepdims"), (None, None, None, False)),
     "mean": (("axis", "dtype", "out", "keepdims"), (None, None, None, False)),
@@ -36,12 +42,16 @@ _METHODS: dict[str, tuple[tuple[str, ...], tuple[Any, ...]]] = {
     "min": (("axis", "out", "keepdims"), (None, None, False)),
     "argmax": (("axis", "out", "keepdims"), (None, None, False)),
     "astype": (("dtype",), (_NO_DEFAULT,)),
-    "flatten": ((), ()),
+    "flatten": (("start_dim", "end_dim"), (0, -1)),  # torch's: numpy's order= is only "C" here
     "squeeze": (("axis",), (None,)),
     "unsqueeze": (("dim",), (_NO_DEFAULT,)),
+    "swapaxes": (("axis1", "axis2"), (_NO_DEFAULT, _NO_DEFAULT)),
+    "softmax": (("dim",), (_NO_DEFAULT,)),  # torch's
+    "size": (("dim",), (None,)),  # torch's: numpy's size is an attribute, the element count
 }
-TENSOR_METHODS = frozenset([*_METHODS, "reshape", "transpose", "permute"])
-_ATTRIBUTES = ("shape", "ndim", "T", "dtype", "size")
+_VIEWS = ("reshape", "view", "transpose", "permute")  # take their sizes or axes as varargs
+TENSOR_METHODS = frozenset([*_METHODS, *_VIEWS])
+_ATTRIBUTES = ("shape", "ndim", "T", "mT", "dtype", "size")
 
 
 def _dtype_name(value: Any) -> str | None:
@@ -83,12 +93,17 @@ class CallCompiler(IndexCompiler):
                 return t
             out = self.call("transpose", [t])
             return TensorVal(out.reg, out.type, t.weak)
+        if attr == "mT":  # the last two dims swapped (numpy 2 and torch alike)
+            if t.rank < 2:
+                raise self.error("E-COMPILE-CALL", node, f"x.mT needs rank >= 2, got {t.type}",
+                                 "x.mT swaps the last two dims of a matrix or a stack of them")
+            return self.swapped(t, -2, -1, node)
         if attr == "size":
             size: Any = 1
             for a in range(t.rank):
                 size = self.dim(t, a) if a == 0 else self.scalar_op("mul", size, self.dim(t, a))
             return size
-        if attr in TENSOR_METHODS:
+        if attr in TENSOR_METHODS and attr != "size":
             raise self.error("E-COMPILE-UNSUPPORTED", node, f"the method {attr!r} must be called, not stored",
                              f"call it where it is used: x.{attr}(...)")
         raise self.error("E-COMPILE-UNSUPPORTED", node, f"tensors have no attribute {attr!r} here",
@@ -161,16 +176,21 @@ class CallCompiler(IndexCompiler):
 
     # -- tensor methods -----------------------------------------------------------------------------
     def method(self, t: TensorVal, name: str, args: list[Any], kwargs: dict[str, Any], node: ast.AST) -> Any:
-        if name in ("reshape", "transpose", "permute"):
-            values = self.varargs(name, args, kwargs, "shape" if name == "reshape" else "axes", node)
-            if name == "reshape":
+        if name in _VIEWS:
+            keyword = "shape" if name in ("reshape", "view") else "axes"
+            values = self.varargs(name, args, kwargs, keyword, node)
+            if name in ("reshape", "view"):  # torch's view is a reshape of its contiguous tensor
                 return self.call("reshape", [t], {"shape": tuple(values)})
+            if name == "transpose" and len(values) == 2:
+                self.check_two_axis_transpose(t, values, node)
             if name == "permute" or values:
                 return self.call(name, [t], {"dims" if name == "permute" else "axes": tuple(values)})
             return self.call("transpose", [t])
         if name not in _METHODS:
             raise self.error("E-COMPILE-UNSUPPORTED", node, f"the tensor method {name!r} is not supported",
                              hint=op_hint(name) or f"supported methods: {', '.join(sorted(TENSOR_METHODS))}")
+        if name in ("sum", "mean", "max", "min", "argmax"):
+            kwargs = self.numpy_axis_names(name, kwargs, node)
         params = self.bind(name, *_METHODS[name], args, kwargs, node)
         for unsupported in ("dtype", "out"):
             if params.get(unsupported) is not None and name != "astype":
@@ -185,10 +205,51 @@ class CallCompiler(IndexCompiler):
                                  f"use one of {', '.join(DTYPES)}")
             return t if dtype == t.dtype and not t.weak else self.cast(TensorVal(t.reg, t.type), dtype)
         if name == "flatten":
-            return self.call("flatten", [t])
+            if params["start_dim"] == "C":  # numpy's x.flatten("C")
+                params = {"start_dim": 0, "end_dim": params["end_dim"]}
+            return self.call("flatten", [t], params)
         if name == "squeeze":
             return self.call("squeeze", [t], {"axis": params["axis"]})
+        if name == "swapaxes":
+            return self.swapped(t, params["axis1"], params["axis2"], node)
+        if name == "softmax":
+            return self.call("softmax", [t], {"axis": params["dim"]})
+        if name == "size":
+            shape = self.tensor_attribute(t, "shape", node)
+            return shape if params["dim"] is None else self.fold(node, shape.__getitem__, params["dim"])
         return self.call("unsqueeze", [t], {"axis": params["dim"]})
+
+    def swapped(self, t: TensorVal, a: Any, b: Any, node: ast.AST) -> TensorVal:
+        """``t`` with axes ``a`` and ``b`` exchanged (``x.swapaxes``, ``x.mT``), as ``F.transpose`` does."""
+        out = self.op_call(get_function("transpose"), [t, a, b], {}, node)
+        return TensorVal(out.reg, out.type, t.weak)
+
+    def check_two_axis_transpose(self, t: TensorVal, axes: list[Any], node: ast.AST) -> None:
+        """``x.transpose(a, b)``: numpy permutes every axis, torch swaps two; say so where they differ."""
+        swap = f"x.swapaxes({axes[0]}, {axes[1]}) or F.transpose(x, {axes[0]}, {axes[1]})"
+        if t.rank != 2:
+            raise self.error("E-COMPILE-CALL", node, f"x.transpose({axes[0]}, {axes[1]}) on a rank-{t.rank} "
+                             f"tensor: numpy's transpose takes every axis (a permutation of all {t.rank})",
+                             f"to swap two dims as torch does, write {swap}")
+        if all(is_int(a) and -2 <= a < 2 for a in axes) and [a % 2 for a in axes] == [0, 1]:
+            self.warn(node, f"x.transpose({axes[0]}, {axes[1]}) on a rank-2 tensor is numpy's identity "
+                      "permutation (the tensor unchanged), where torch's swaps the two dims: write x.T, x.mT "
+                      f"or {swap} to swap them, or leave the call out")
+
+    def numpy_axis_names(self, name: str, kwargs: dict[str, Any], node: ast.AST) -> dict[str, Any]:
+        """torch's ``dim=``/``keepdim=`` as numpy's ``axis=``/``keepdims=`` (the ops' own aliases)."""
+        if name in ("max", "min") and "dim" in kwargs:
+            raise self.error("E-COMPILE-CALL", node, f"x.{name}(dim=...) is torch's (values, indices) pair; "
+                             f"numpy's x.{name}(axis=...) gives the values alone",
+                             f"write x.{name}(axis=...) for the values and x.arg{name}(axis=...) for the "
+                             "indices" if name == "max" else f"write x.{name}(axis=...) for the values")
+        aliases = get_function(name).aliases
+        return {aliases.get(key, key): value for key, value in kwargs.items()}
+
+    def warn(self, node: ast.AST, message: str) -> None:
+        """A compile-time warning at the user's line: the call compiles, but may not mean what was meant."""
+        loc = self.frame.fn.src.loc(node)
+        warnings.warn_explicit(message, PortingWarning, loc.file, loc.line)
 
     def varargs(self, name: str, args: list[Any], kwargs: dict[str, Any], keyword: str,
                 node: ast.AST) -> list[Any]:
@@ -359,4 +420,4 @@ _BUILTINS: dict[int, Callable[..., Any]] = {
        for fn in (builtins.tuple, builtins.list, builtins.enumerate, builtins.zip, builtins.reversed)},
 }
 
-__all__ = ["TENSOR_METHODS", "CallCompiler"]
+__all__ = ["TENSOR_METHODS", "CallCompiler", "PortingWarning"]

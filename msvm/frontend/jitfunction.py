@@ -20,6 +20,7 @@ from ..bytecode.module import Module
 from ..bytecode.opcodes import DTYPES
 from ..errors import MsvmError
 from ..interpreter import Program
+from ..ops.registry import host_array
 from ..options import CACHE_MODES, JitOptions, parse_options
 from ..shapes import ShapeSpec
 from ..verifier import verify_module
@@ -35,12 +36,25 @@ _FLOAT = "float"
 
 
 def _as_array(fname: str, pname: str, value: Any, dtype: np.dtype | None = None) -> np.ndarray:
-    """A non-ndarray argument for a tensor parameter, converted like numpy does (lists, tuples, scalars)."""
+    """A non-ndarray argument for a tensor parameter: a DLPack tensor (torch, cupy, ...) zero-copy with its
+    own dtype, anything else as numpy converts it; only Python data (lists, scalars) takes ``dtype``.
+
+    Why a tensor keeps its dtype: int32 or float ids must meet the int64 an annotation pins as the same
+    error a numpy array meets, not be cast on the way in.
+    """
     try:
-        arr = np.asarray(value, dtype=dtype)
+        if hasattr(value, "__dlpack__"):
+            arr = host_array(value)
+        elif dtype is not None and not hasattr(value, "dtype"):
+            arr = np.asarray(value, dtype=dtype)
+        else:
+            arr = np.asarray(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{fname}() argument {pname!r} must be array-like, got {type(value).__name__}: "
                         f"{exc}") from None
+    except (BufferError, RuntimeError) as exc:  # a tensor on a GPU, or one DLPack cannot export
+        raise TypeError(f"{fname}() argument {pname!r}: {type(value).__name__} cannot be read in place "
+                        f"({exc}); msvm runs on the CPU: pass a CPU tensor (torch: x.cpu())") from None
     if arr.dtype.name not in DTYPES:
         what = "is not array-like" if arr.dtype == object else f"has dtype {arr.dtype.name}"
         raise TypeError(f"{fname}() argument {pname!r} {what} (got {type(value).__name__}); tensors must "
@@ -80,7 +94,8 @@ def _tensor_extractor(fname: str, pname: str, annotation: TensorAnnotation) -> t
         arr = a if isinstance(a, np.ndarray) else _as_array(fname, pname, a, pinned)
         if arr.dtype != pinned:
             raise TypeError(f"{fname}() argument {pname!r} must have dtype {pinned.name} (pinned by its "
-                            f"annotation), got {arr.dtype.name}; cast it with .astype(np.{pinned.name})")
+                            f"annotation), got {arr.dtype.name}; cast it with .astype(np.{pinned.name}) "
+                            f"(torch: .to(torch.{pinned.name}))")
         return pinned
 
     def convert_pinned(a: Any) -> Any:

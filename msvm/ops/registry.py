@@ -361,15 +361,28 @@ def eager_arrays(inputs: Sequence[Any]) -> list[np.ndarray]:
     Why not ``np.asarray`` alone: it makes ``1.5`` a float64 array, so ``ops.add(float32 x, 1.5)`` would
     be float64 where the compiled call (a weak Python scalar) and numpy's ``x + 1.5`` are float32.
     """
-    arrays = [None if _python_scalar(x) else np.asarray(x) for x in inputs]
+    arrays = [None if _python_scalar(x) else host_array(x) for x in inputs]
     tensors = [a for a in arrays if a is not None]
     if len(tensors) == len(arrays) or not tensors:
-        return [np.asarray(x) for x in inputs]
+        return [np.asarray(x) if a is None else a for x, a in zip(inputs, arrays)]
     try:
         dtype = np.result_type(*tensors, *(x for x in inputs if _python_scalar(x)))
         return [np.asarray(x, dtype=dtype) if a is None else a for x, a in zip(inputs, arrays)]
     except (TypeError, OverflowError):  # e.g. 300 with an int8 tensor: the kernel's own promotion decides
         return [np.asarray(x) for x in inputs]
+
+
+def host_array(value: Any) -> np.ndarray:
+    """``value`` as a numpy array: a DLPack producer (torch, cupy, ...) zero-copy with its own dtype.
+
+    A torch tensor that requires grad is read through its detached view (the same memory): msvm runs
+    inference, and torch refuses to export the other. A tensor on a GPU raises BufferError/RuntimeError.
+    """
+    if isinstance(value, np.ndarray) or not hasattr(value, "__dlpack__"):
+        return np.asarray(value)
+    if getattr(value, "requires_grad", False):
+        value = value.detach()
+    return np.from_dlpack(value)
 
 
 def _python_scalar(x: Any) -> bool:
