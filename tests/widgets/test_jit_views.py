@@ -211,6 +211,16 @@ def test_recent_events_keep_compile_events_and_collapse_periodic_samples() -> No
     assert shown[-1]["kind"] == "hit-rate ×60" and shown[-1]["rate"] == 0.59  # the latest sample, counted
 
 
+def test_the_monitor_shows_the_head_of_a_long_queue_and_the_newest_entries() -> None:
+    monitor = JITMonitor(pump=UpdatePump(background=False), live=False)
+    monitor.queue = [{"name": f"q{i}", "function": "f"} for i in range(25)]
+    monitor.cache = [{"name": f"e{i}", "function": "f", "status": "compiled"} for i in range(30)]
+    text = monitor.static_text()
+    assert "Compile queue (25; the next 10 shown, %msvm info lists all)" in text
+    assert "Cache (30; the newest 10 shown" in text
+    assert "q9" in text and "q10" not in text and "e29" in text and "e19" not in text
+
+
 def test_views_show_per_function_hit_rates() -> None:
     block, other = make_block(), make_data_dependent()
     hot(block, *x_and_h())
@@ -248,6 +258,7 @@ def test_views_say_what_a_reset_dropped_and_never_list_it() -> None:
     assert "ms.vm.reset() emptied the JIT cache" in monitor.view.value
     assert cache.entries == [] and list(cache.picker.options) == [] and cache.code.value == ""
     assert cache.gone == names and "gone" in cache.table.value and names[0] in cache.static_text()
+    assert "average compile time none compiled yet" in cache.summary()
     hot(block, *x_and_h())  # the same entries come back: no longer gone
     flushed(pump)
     cache.refresh()

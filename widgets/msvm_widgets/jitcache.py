@@ -17,7 +17,7 @@ from msvm import vm
 
 from . import theme
 from .fallback import StaticFallback
-from .pump import UpdatePump, default_pump
+from .pump import COSTLY_EVERY, UpdatePump, default_pump
 
 COLUMNS = ("name", "function", "region", "mode", "status", "tier", "source", "hits", "waiting", "compile_ms",
            "compile_cpu_ms",
@@ -71,15 +71,23 @@ class JITCacheView(StaticFallback, widgets.VBox):
         ref = weakref.ref(self)
         monitor = vm.jit_monitor()
 
-        def callback(_event: dict) -> None:
+        def callback(event: dict) -> None:
             view = ref()
             if view is None:
                 monitor.unsubscribe(callback)
                 return
-            view.pump.submit(view.table, "refresh", view.refresh)
+            if view.concerns(event):
+                view.pump.submit(view.table, "refresh", view.refresh, every=COSTLY_EVERY)
 
         self._callback = callback
         monitor.subscribe(callback)
+
+    def concerns(self, event: dict) -> bool:
+        """Whether a JIT event can change what this view lists (another function's compiles cannot)."""
+        if self.function is None or event["kind"] == "reset":
+            return True
+        return event.get("function") == self.function or any(e.get("name") == event.get("entry")
+                                                              for e in self.entries)
 
     def close(self) -> None:
         if self._callback is not None:
@@ -150,9 +158,9 @@ class JITCacheView(StaticFallback, widgets.VBox):
         scope = f" of {self.function}" if self.function else ""
         rate = (f"hit rate of {self.function} {theme.cell_text(self.function_rate, 'rate')}, all functions "
                 if self.function else "hit rate ")
+        average = theme.cell_text(self.avg_ms, "compile_ms") if self.avg_ms else "none compiled yet"
         return (f"{len(self.entries)} cache entr{'y' if len(self.entries) == 1 else 'ies'}{scope}; "
-                f"{rate}{theme.cell_text(self.rate, 'rate')}; "
-                f"average compile time {theme.cell_text(self.avg_ms, 'compile_ms')}")
+                f"{rate}{theme.cell_text(self.rate, 'rate')}; average compile time {average}")
 
     def gone_note(self) -> str | None:
         """What the view listed before ``ms.vm.reset()`` (or an eviction) and no longer exists."""

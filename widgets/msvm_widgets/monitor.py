@@ -22,7 +22,7 @@ from msvm import vm
 from . import theme
 from .fallback import StaticFallback
 from .jitcache import status_class
-from .pump import UpdatePump, default_pump
+from .pump import COSTLY_EVERY, UpdatePump, default_pump
 
 QUEUE_COLUMNS = ("name", "function", "region", "mode", "symbols", "reason")
 ACTIVE_COLUMNS = ("name", "function", "region", "phase", "phase_ms")
@@ -33,6 +33,7 @@ EVENT_COLUMNS = ("seq", "time", "kind", "entry", "phase", "ms", "tier", "status"
 GOOD_EVENTS = ("installed", "tier-up", "loaded")  # code landed: compiled, optimised, or from disk
 SAMPLE_EVENTS = ("hit-rate",)  # published periodically: shown as one row, the latest, with a count
 RECENT_EVENTS = 12
+SHOWN_ROWS = 10  # of the queue and of the cache: the monitor is an overview, %msvm info lists them all
 
 
 def clock(stamp: float) -> str:
@@ -73,6 +74,13 @@ def function_rows(cache: list[dict], rate: Any) -> list[dict]:
     for row in rows.values():
         row["hit_rate"] = rate(row["function"])
     return list(rows.values())
+
+
+def _count(rows: list[dict], which: str) -> str:
+    """``29`` or, past ``SHOWN_ROWS``, ``29; the next 10 shown, %msvm info lists all``."""
+    if len(rows) <= SHOWN_ROWS:
+        return str(len(rows))
+    return f"{len(rows)}; {which} {SHOWN_ROWS} shown, %msvm info lists all"
 
 
 def _event_class(event: dict) -> str:
@@ -117,7 +125,7 @@ class JITMonitor(StaticFallback, widgets.VBox):
                 return
             if event["kind"] == "reset":
                 view.reset_at = event["time"]
-            view.pump.submit(view.view, "refresh", view.refresh)
+            view.pump.submit(view.view, "refresh", view.refresh, every=COSTLY_EVERY)
 
         self._monitor, self._callback = monitor, callback
         monitor.subscribe(callback)
@@ -153,12 +161,14 @@ class JITMonitor(StaticFallback, widgets.VBox):
         self.functions = function_rows(self.cache, monitor.hit_rate)
 
     def _sections(self) -> list[tuple[str, list[dict], tuple[str, ...], list[str]]]:
+        queue, cache = self.queue[:SHOWN_ROWS], self.cache[-SHOWN_ROWS:]
         return [
-            (f"Compile queue ({len(self.queue)})", self.queue, QUEUE_COLUMNS, []),
+            (f"Compile queue ({_count(self.queue, 'the next')})", queue, QUEUE_COLUMNS, []),
             (f"Active compiles ({len(self.active)})", self.active, ACTIVE_COLUMNS, []),
             (f"Functions ({len(self.functions)}); hit rate of all: {theme.cell_text(self.rate, 'rate')}",
              self.functions, FUNCTION_COLUMNS, []),
-            (f"Cache ({len(self.cache)})", self.cache, CACHE_COLUMNS, [status_class(e) for e in self.cache]),
+            (f"Cache ({_count(self.cache, 'the newest')})", cache, CACHE_COLUMNS,
+             [status_class(e) for e in cache]),
             ("Recent events", self.events, EVENT_COLUMNS,
              [_event_class(e) for e in self.events]),
         ]

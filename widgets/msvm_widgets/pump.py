@@ -6,10 +6,11 @@ comm messages may be sent from any thread (ipykernel routes them through its IOP
 pump thread applies the updates itself. Producers, on any thread, only ``submit(widget, key, apply)``:
 the latest ``apply`` per (widget, key) wins, and the pump runs the pending ones at most ``max_hz``
 times a second, each widget's inside its ``hold_sync()`` so that one comm message carries all of its
-changes. ``poll`` registers an update that runs on every tick while it is registered (a running
-cell's progress). Views that also redraw on the kernel's thread (a button click) do so under
-``applying()``, so two threads never interleave one widget's changes. ``background=False`` (tests,
-plain Python) leaves updates waiting for ``flush()``.
+changes; a costly redraw may ask to run at most every so many seconds, so that many open views do
+not take the GIL from the user's code. ``poll`` registers an update that runs on every tick while it
+is registered (a running cell's progress). Views that also redraw on the kernel's thread (a button
+click) do so under ``applying()``, so two threads never interleave one widget's changes.
+``background=False`` (tests, plain Python) leaves updates waiting for ``flush()``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 
 Apply = Callable[[], None]
 Key = tuple[int, str]
+# The least time between two redraws of a view that re-reads the JIT's whole state (about a millisecond
+# each, with the GIL): a notebook may hold many such views, all following the same events.
+COSTLY_EVERY = 0.5
 
 
 class UpdatePump:
@@ -36,19 +40,22 @@ class UpdatePump:
         self.interval = 1.0 / max_hz
         self.background = background
         self.applied = 0  # ticks that applied at least one update (for tests and curiosity)
-        self._lock = threading.Lock()  # guards the two tables below
-        self._pending: dict[Key, tuple[Any, Apply]] = {}
+        self._lock = threading.Lock()  # guards the tables below
+        self._pending: dict[Key, tuple[Any, Apply, float]] = {}  # ... and when it is due
         self._polls: dict[Key, tuple[Any, Apply]] = {}
+        self._done: dict[Key, float] = {}  # when each key was last applied
         self._applying = threading.RLock()  # one thread at a time changes widgets
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._last = float("-inf")
 
     # -- producers (any thread) -------------------------------------------------------------------------
-    def submit(self, widget: Any, key: str, apply: Apply) -> None:
-        """Schedule ``apply()`` once (replacing an earlier one for the same widget and key). Thread-safe."""
+    def submit(self, widget: Any, key: str, apply: Apply, every: float = 0.0) -> None:
+        """Schedule ``apply()`` once (replacing an earlier one for the same widget and key), no sooner than
+        ``every`` seconds after this key's last update (a costly redraw asks for fewer). Thread-safe."""
+        k = (id(widget), key)
         with self._lock:
-            self._pending[(id(widget), key)] = (widget, apply)
+            self._pending[k] = (widget, apply, self._done.get(k, float("-inf")) + every)
         self._kick()
 
     def poll(self, widget: Any, key: str, apply: Apply) -> None:
@@ -69,12 +76,19 @@ class UpdatePump:
 
     # -- applying ---------------------------------------------------------------------------------------
     def flush(self) -> int:
-        """Apply every pending update and run every poll now, on the calling thread; returns how many ran."""
+        """Apply every pending update (due or not) and run every poll now, on the calling thread; returns
+        how many ran."""
+        return self._apply(float("inf"))
+
+    def _apply(self, now: float) -> int:
         with self._applying:
             with self._lock:
-                pending, self._pending = self._pending, {}
-                polls = [item for item in self._polls.items() if item[0] not in pending]
-                work = list(pending.items()) + polls
+                due = [(k, (w, a)) for k, (w, a, at) in self._pending.items() if at <= now]
+                for k, _ in due:
+                    del self._pending[k]
+                    self._done[k] = time.monotonic()
+                taken = {k for k, _ in due}
+                work = due + [item for item in self._polls.items() if item[0] not in taken]
             if not work:
                 return 0
             by_widget: dict[int, tuple[Any, list[Apply]]] = {}
@@ -108,18 +122,26 @@ class UpdatePump:
                     self._thread.start()
         self._wake.set()
 
+    def _timeout(self) -> float | None:
+        """How long the pump may sleep: until the earliest pending update is due, a tick while polling,
+        for ever (until a producer wakes it) when idle."""
+        with self._lock:
+            waits = [at - time.monotonic() for _w, _a, at in self._pending.values()]
+            if self._polls:
+                waits.append(self.interval)
+        return max(min(waits), 0.0) if waits else None
+
     def _loop(self) -> None:
         while True:
-            with self._lock:
-                polling = bool(self._polls)
-            # polls tick on their own; otherwise sleep until a producer submits
-            self._wake.wait(self.interval if polling else None)
+            timeout = self._timeout()
+            if timeout is None or timeout > 0:
+                self._wake.wait(timeout)
             self._wake.clear()
             delay = self._last + self.interval - time.monotonic()
             if delay > 0:
                 time.sleep(delay)  # the throttle: updates arriving meanwhile join this tick
             self._last = time.monotonic()
-            self.flush()
+            self._apply(self._last)
 
 
 _DEFAULT: UpdatePump | None = None

@@ -5,7 +5,8 @@ Why one place: every widget renders the same rows twice, as themed HTML (live vi
 The stylesheet sets its own foreground colour (JupyterLab's dark theme would otherwise swallow it),
 falls back to light-theme colours where the ``--jp-*`` variables do not exist (nbconvert, GitHub),
 highlights rows with translucent colours (legible on either theme) and lets wide tables scroll
-instead of being clipped by the widget that holds them.
+instead of being clipped by the widget that holds them; figures in a view with the ``msvm-fit`` class
+are as wide as the view (``fit.FitFigures`` redraws them at that width).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ STYLE = """<style>
   line-height: 1.4; max-width: 100%; overflow-x: auto; }
 .widget-html:has(.msvm-html) { max-width: 100%; min-width: 0; }
 .widget-html:has(.msvm-html) > .widget-html-content { min-width: 0; line-height: normal; }
+.msvm-fit .js-plotly-plot { width: 100%; min-width: 0; }
 .msvm-html .msvm-title { font-family: var(--jp-ui-font-family, sans-serif); font-weight: 600;
   font-size: var(--jp-ui-font-size1, 13px); margin: 2px 0 4px 0; }
 .msvm-html .msvm-note { color: var(--jp-content-font-color2, #555); font-family: var(--jp-ui-font-family,

@@ -121,11 +121,11 @@ class TraceTimeline(StaticFallback, widgets.VBox):
         self.overview.data[0].on_click(lambda _trace, points, _state: self._clicked(points))
         full = widgets.Layout(width="100%")
         self.empty = widgets.HBox([self.retrace_button], layout=widgets.Layout(flex_flow="row wrap"))
-        self.drawn = widgets.VBox([self.picker, widgets.Box([self.call_figure], layout=full),
+        self.drawn = widgets.VBox([self.picker, widgets.VBox([self.call_figure], layout=full),
                                    widgets.HTML(theme.page(theme.note("Overview: every call (click one to "
                                                                       "select it) and the compiler"),
                                                            "msvm-timeline-overview")),
-                                   widgets.Box([self.overview], layout=full)], layout=full)
+                                   widgets.VBox([self.overview], layout=full)], layout=full)
         super().__init__(children=[self.header, self.empty, self.drawn, FitFigures()],
                          layout=widgets.Layout(width="100%"), **kwargs)
         self.add_class("msvm-timeline")
