@@ -13,6 +13,7 @@ without a doc, so a new op without docs fails CI.
 | --- | --- | --- |
 | ``docs/bytecode.md`` | OPCODES | the opcode table, ``msvm/bytecode/opcodes.py`` |
 | ``docs/ops.md`` | OPS | the op REGISTRY (shape functions called on ``OP_EXAMPLES``), the VARIANTS |
+| ``docs/porting.md`` | NN-FUNCTIONAL | ``msvm.nn.functional``: each name's registry entry |
 | ``docs/verifier.md`` | VALIDATE | ``msvm validate`` run on a file of ``tests/data/invalid`` |
 | ``docs/verifier.md`` | VERIFIER-CODES | CODES of the verifier, examples from ``tests/data/invalid`` |
 | ``docs/errors.md`` | ERRORS | the classes of ``msvm/errors.py`` and their docstrings |
@@ -354,11 +355,8 @@ def _default(attr: Any) -> str:
 
 
 def _signature(op: Any) -> str:
-    if op.variadic:
-        return f"{op.name}([{op.inputs[0][1:]}, ...])"
-    optional = len(op.inputs) - op.optional_inputs
-    names = [name + ("?" if i >= optional else "") for i, name in enumerate(op.inputs)]
-    return f"{op.name}({', '.join(names)})"
+    """The op's Python call, as ``inspect.signature`` gives it from the registry entry."""
+    return op.usage()
 
 
 def _prose(text: str) -> str:
@@ -396,6 +394,13 @@ def _op_section(op: Any, variants: Sequence[Any]) -> list[str]:
         op_example(op.name),
         "```",
     ]
+    if op.aliases:
+        names = ", ".join(f"`{name}` for `{key}`" for name, key in op.aliases.items())
+        out += ["", f"Also by keyword: {names}."]
+    if op.call_only:
+        flags = ", ".join(f"`{name}` ({_md(flag.hint) if flag.accepts else 'any value: changes nothing'})"
+                          for name, flag in op.call_only.items())
+        out += ["", f"torch's parameters that are no attributes here, checked at the call: {flags}."]
     if op.attrs:
         out += ["", "| attribute | kind | default | doc |", "| --- | --- | --- | --- |"]
         for key, attr in op.attrs.items():
@@ -458,6 +463,27 @@ def op_reference() -> str:
         out += ["", f"### {_FAMILIES[key][0]}"]
         for op in ops:
             out += _op_section(op, variants.get(op.name, []))
+    return "\n".join(out)
+
+
+# -- docs/porting.md: msvm.nn.functional ------------------------------------------------------------------
+
+
+def nn_functional_reference() -> str:
+    """Each name of ``msvm.nn.functional`` with its call and what it is: an op, or a few ops."""
+    from .nn import functional
+    from .ops.functions import FUNCTIONS
+
+    out = [f"`msvm.nn.functional` holds {len(functional.__all__)} of torch.nn.functional's names "
+           "(`flatten` and `transpose` are torch's own).", "",
+           "| call | what runs |", "| --- | --- |"]
+    for name in functional.__all__:
+        entry = getattr(functional, name)
+        if FUNCTIONS.get(name) is entry:
+            what = f"{_prose(entry.doc)} (a few ops, expanded where called)"
+        else:
+            what = f"the op [`{name}`](ops.md#{name})"
+        out.append(f"| `F.{_signature(entry)}` | {_cell(what)} |")
     return "\n".join(out)
 
 
@@ -642,6 +668,7 @@ def error_reference() -> str:
 BLOCKS: dict[str, dict[str, Callable[[], str]]] = {
     "bytecode.md": {"OPCODES": opcode_reference},
     "ops.md": {"OPS": op_reference},
+    "porting.md": {"NN-FUNCTIONAL": nn_functional_reference},
     "verifier.md": {"VALIDATE": validate_example, "VERIFIER-CODES": verifier_reference},
     "errors.md": {"ERRORS": error_reference},
 }

@@ -226,7 +226,7 @@ def test_every_op_has_its_section() -> None:
 
 def test_the_conv2d_example_is_the_shape_functions_answer() -> None:
     assert docgen.op_example("conv2d").startswith(
-        "conv2d(x: float32[N, 3, H, W], weight: float32[16, 3, 3, 3], padding=1) → float32[N, 16, H, W]"
+        "conv2d(input: float32[N, 3, H, W], weight: float32[16, 3, 3, 3], padding=1) → float32[N, 16, H, W]"
     )
     assert docgen.op_example("split").endswith("→ (float32[N, 4], float32[N, 4])")
 
