@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-SUITES = ("interpreter", "ops_variants", "network", "codegen", "workloads", "delivery", "fuzz")
+SUITES = ("interpreter", "ops_variants", "network", "codegen", "workloads", "delivery", "fuzz", "onnx")
 
 
 def main(argv: list[str]) -> int:
