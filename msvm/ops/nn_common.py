@@ -1,11 +1,12 @@
 """What the nn ops share: torch-style arguments, float dtype rules and sliding-window geometry.
 
-Why a subclass of OpDef: ``torch.nn.functional`` takes ``stride=2`` for ``(2, 2)``, ``padding="same"``
-and ``bias=None``, and its users will write exactly that. ``NnOpDef`` accepts those forms and turns
-them into the registry's schema kinds (a single value becomes a tuple, absent optional inputs are
-dropped), so shape functions and kernels only ever see one form. Eager calls also run the shape
-function first, so a bad call raises the same ``OpTypeError`` the verifier would report instead of
-a numpy error from deep inside a kernel.
+Why a subclass of OpDef: ``torch.nn.functional`` takes ``stride=2`` for ``(2, 2)`` and
+``padding="same"``, and its users will write exactly that. ``NnOpDef`` accepts those forms and turns
+them into the registry's schema kinds (a single value becomes a tuple), so shape functions and
+kernels only ever see one form; torch's parameter order, ``bias=None`` and its call-only flags are
+every op's (``OpDef.params``, ``call_only``; the flags' helpers ``ignored`` and ``only`` are here).
+Eager calls also run the shape function first, so a bad call raises the same ``OpTypeError`` the
+verifier would report instead of a numpy error from deep inside a kernel.
 
 Why window sizes are computed once: the output size of a convolution or pooling window is one
 formula (``window_count``) evaluated on symbolic ``Dim``s by the shape functions and on constants by

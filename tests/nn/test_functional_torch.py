@@ -19,6 +19,9 @@ import pytest
 import msvm as ms
 import msvm.nn.functional as F
 from msvm.frontend.jitfunction import JitFunction
+from msvm.ops.functions import FUNCTIONS
+from msvm.ops.registry import InferContext, TensorType
+from msvm.shapes import ShapeSpec
 
 RNG = np.random.default_rng(25)
 
@@ -495,3 +498,16 @@ def test_builtin_table_is_torchs_documented_signature() -> None:
         doc = fn.__doc__.strip()
         documented = " ".join(doc[doc.index("("):doc.index(")") + 1].split())
         assert [p[:2] for p in _parsed(documented)] == [p[:2] for p in _parsed(text)], name
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_a_functions_shape_function_is_its_expansions(name: str) -> None:
+    """A function's ``infer`` runs its body over types: the eager result's shape and dtype, symbolically."""
+    fn = FUNCTIONS[name]
+    args, _, _ = CASES[name]
+    attrs = {"transpose": {"dim0": 1, "dim1": 2}, "interpolate": {"scale_factor": (2.0, 2.0)}}.get(name, {})
+    out = fn(*args, **attrs)
+    spec = ShapeSpec(["N", *args[0].shape[1:]])
+    inferred = fn.infer(InferContext(), TensorType(spec, args[0].dtype.name), **fn.check_attrs(attrs))
+    assert inferred.dtype == out.dtype.name
+    assert inferred.shape.evaluate({"N": args[0].shape[0]}) == out.shape
