@@ -62,7 +62,7 @@ Debug entry (one per instruction that has a source location):
 | function | ``uvar`` index of the function in FUNCTIONS |
 | pc | ``uvar`` index of the instruction within its function, in layout order |
 | file | ``str`` |
-| line, col | ``uvar`` each (col is 0-based, like ``SourceLoc``) |
+| line, col | ``uvar`` each (col is 0-based, like ``SourceLoc``); line ≤ 2**31-1, col < 2**31-1 |
 
 The string table holds every identifier, op name, symbol, device, attribute key, string
 attribute value, shape-spec text, function and parameter name and file name exactly once, in
@@ -105,7 +105,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..errors import BytecodeFormatError, SourceLoc
-from .module import Block, Function, Instruction, Module, RegRef
+from .module import MAX_LOCATION, Block, Function, Instruction, Module, RegRef
 from .opcodes import BY_NUMBER, DTYPES, Kind, OpcodeInfo
 
 MAGIC = b"MSBC"
@@ -458,12 +458,18 @@ def _encode_debug(module: Module, strings: _Strings) -> bytes | None:
     for fi, pc, loc in entries:
         if not isinstance(loc, SourceLoc):
             raise _EncodeError(f"debug location {loc!r} is not a SourceLoc")
+        if not (_is_location(loc.line, MAX_LOCATION) and _is_location(loc.col, MAX_LOCATION - 1)):
+            raise _EncodeError(f"debug location {loc!r}: line and 1-based column must be <= {MAX_LOCATION}")
         w.uvar(fi)
         w.uvar(pc)
         strings.ref(w, loc.file)
         w.uvar(loc.line)
         w.uvar(loc.col)
     return bytes(w.buf)
+
+
+def _is_location(value: Any, bound: int) -> bool:
+    return type(value) is int and 0 <= value <= bound
 
 
 def encode_module(module: Module) -> bytes:
@@ -861,8 +867,8 @@ def _read_debug(r: _Reader, strings: list[str], functions: list[Function]) -> No
             r.fail(f"debug entry ({fi}, {pc}) is not after the previous entry {last}", start)
         last = (fi, pc)
         file = _dec_str(r, ctx, "file name")
-        line = r.uvar("line")
-        col = r.uvar("column")
+        line = r.index(MAX_LOCATION + 1, "line")
+        col = r.index(MAX_LOCATION, "column")
         code[pc].loc = SourceLoc(file, line, col)
 
 

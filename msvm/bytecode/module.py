@@ -15,6 +15,10 @@ import numpy as np
 from ..errors import SourceLoc, format_address
 from .opcodes import BY_NAME, Kind, OpcodeInfo
 
+# Debug locations: the line and the 1-based column are at most this (Python's own limit on line
+# numbers), in the text and the binary format alike, so every location reads back from either.
+MAX_LOCATION = (1 << 31) - 1
+
 
 @dataclass(frozen=True)
 class RegRef:

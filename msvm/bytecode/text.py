@@ -21,7 +21,9 @@ import difflib
 import json
 import linecache
 import math
+import os
 import re
+import stat
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, NoReturn
@@ -31,13 +33,13 @@ import numpy as np
 from ..errors import BytecodeFormatError, MsvmError, SourceLoc, format_address
 from ..shapes import ShapeSpec, ShapeSyntaxError, parse_shape
 from .builder import normalize_constant
-from .module import Block, Function, Instruction, Module, RegRef
+from .module import MAX_LOCATION, Block, Function, Instruction, Module, RegRef
 from .opcodes import BY_NAME, DTYPES, Kind, OpcodeInfo
 
 MAX_REGS = 1 << 20  # same limit as the binary format
 MAX_RANK = 32  # constants
 MAX_ATTR_NESTING = 16  # tuples inside tuples in attribute values (binary format: 16)
-LITERAL_LIMIT = 16  # constants with at most this many elements are written as literals, others base64
+LITERAL_LIMIT = 16  # constants of 1 to this many elements are written as literals, others base64
 COMMENT_COLUMN = 64  # comments start here unless every instruction on the page is shorter
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -161,10 +163,14 @@ def _literal(value: Any) -> str:
 
 
 def format_constant(index: int, array: np.ndarray) -> str:
-    """``const kI = dtype[dims] value``: a literal up to 16 elements, else little-endian base64 bytes."""
+    """``const kI = dtype[dims] value``: a literal of 1 to 16 elements, else little-endian base64 bytes.
+
+    An empty constant is ``base64""``: its literal nests a list per index of the dims before the zero
+    one, which for dims (10**6, 10**6, 0) is 10**12 lists.
+    """
     arr = np.asarray(array)
     head = f"const k{index} = {arr.dtype.name}[{', '.join(map(str, arr.shape))}] "
-    if arr.size <= LITERAL_LIMIT:
+    if 0 < arr.size <= LITERAL_LIMIT:
         return head + _literal(arr.tolist())
     raw = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
     return head + 'base64"' + base64.b64encode(raw).decode("ascii") + '"'
@@ -184,6 +190,36 @@ def _inferred_types(module: Module) -> Mapping[tuple[str, int], str]:
 
 def _one_line(s: str) -> str:
     return " ".join(s.split())
+
+
+SOURCE_READ_BUDGET = 64 << 20  # bytes of source files one disassembly may read from disk
+
+
+class _SourceLines:
+    """Source lines for the comments of one disassembly, read so that no location can make it block
+    or read without bound: a location may name anything (a FIFO, ``/dev/zero``, a path with a NUL,
+    a huge file). Files ``linecache`` already holds (notebook cells, imported modules) are used as
+    they are; others only when they are regular files that fit what is left of the read budget."""
+
+    def __init__(self) -> None:
+        self.budget = SOURCE_READ_BUDGET
+        self.readable: dict[str, bool] = {}
+
+    def line(self, file: str, line: int) -> str:
+        ok = self.readable.get(file)
+        if ok is None:
+            ok = self.readable[file] = file in linecache.cache or self.admit(file)
+        return _one_line(linecache.getline(file, line)) if ok else ""
+
+    def admit(self, file: str) -> bool:
+        try:
+            st = os.stat(file)
+        except (OSError, ValueError):  # missing, unreadable, a NUL or a lone surrogate in the name
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_size > self.budget:
+            return False
+        self.budget -= st.st_size
+        return True
 
 
 def disassemble(
@@ -206,6 +242,7 @@ def disassemble(
     if module.constants:
         out.append("")
     out += [format_constant(i, arr) for i, arr in enumerate(module.constants)]
+    sources = _SourceLines()
     address = 0
     for fn in module.functions:
         out.append("")
@@ -219,7 +256,7 @@ def disassemble(
                 if any(shown):
                     notes.append(", ".join(t or "?" for t in shown))
                 if source_lines and ins.loc is not None:
-                    line = _one_line(linecache.getline(ins.loc.file, ins.loc.line))
+                    line = sources.line(ins.loc.file, ins.loc.line)
                     if line:
                         notes.append("| " + line)
                 rows.append(("  " + format_instruction(ins, source), "  ".join(notes)))
@@ -528,9 +565,9 @@ class _Parser:
             file = self.source
         else:
             self.expected("a debug location after '@' (@line:col, or @\"file\":line:col)", tok, "")
-        line = self.int64(self.take(), 0, INT64_MAX, "a line number")
+        line = self.int64(self.take(), 0, MAX_LOCATION, "a line number")
         self.expect(":", " in the debug location")
-        col = self.int64(self.take(), 1, INT64_MAX, "a 1-based column")
+        col = self.int64(self.take(), 1, MAX_LOCATION, "a 1-based column")
         return SourceLoc(file, line, col - 1)
 
     # -- lines ------------------------------------------------------------------------------

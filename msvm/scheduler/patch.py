@@ -24,8 +24,9 @@ patch replaces what an earlier one said for the same key.
 from __future__ import annotations
 
 import json
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,15 @@ def load_capability_patch(patch: str | os.PathLike | Mapping[str, Any]) -> dict[
     if isinstance(patch, (str, os.PathLike)):
         path = Path(patch)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CapabilityPatchError("$", f"cannot read {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise CapabilityPatchError("$", f"{path} is not UTF-8 text ({exc.reason})") from None
+        try:
+            data = json.loads(text)
+        # ValueError: bad JSON and integers of more digits than Python converts; RecursionError: nesting
+        except (ValueError, RecursionError) as exc:
             raise CapabilityPatchError("$", f"{path} is not valid JSON ({exc})") from None
     else:
         data = patch
@@ -218,12 +226,22 @@ def _mapping(value: Any, path: str) -> Mapping[str, Any]:
 
 
 def _positive(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise CapabilityPatchError(path, f"must be a number > 0, got {value!r}")
-    return float(value)
+    return _number(value, path, "> 0", lambda x: x > 0)
 
 
 def _non_negative(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise CapabilityPatchError(path, f"must be a number >= 0, got {value!r}")
-    return float(value)
+    return _number(value, path, ">= 0", lambda x: x >= 0)
+
+
+def _number(value: Any, path: str, wanted: str, ok: Callable[[float], bool]) -> float:
+    """``value`` as a finite float satisfying ``ok``: JSON reads 1e999 as inf, and a long integer
+    does not fit a float."""
+    number = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:
+            value = f"an integer of {value.bit_length()} bits"
+    if number is None or not math.isfinite(number) or not ok(number):
+        raise CapabilityPatchError(path, f"must be a number {wanted}, and finite, got {value!r}")
+    return number

@@ -36,9 +36,9 @@ def reads_before_writes(k: int) -> Module:
 
 
 def verify_seconds(module: Module) -> float:
-    """CPU time of the fastest of three verifications (the least disturbed by other work)."""
+    """CPU time of the fastest of five verifications (the least disturbed by other work)."""
     best = float("inf")
-    for _ in range(3):
+    for _ in range(5):
         start = time.process_time()
         check_module(module)
         best = min(best, time.process_time() - start)
@@ -55,10 +55,10 @@ def test_many_cases_of_one_problem_make_one_short_diagnostic():
 
 
 def test_verification_time_is_linear_in_the_cases_of_one_instruction():
-    """8x the cases cost about 8x the time; merging by string concatenation made it 50-100x."""
-    small, large = reads_before_writes(5_000), reads_before_writes(40_000)
+    """16x the cases cost about 16x the time; merging by string concatenation made it about 170x."""
+    small, large = reads_before_writes(2_500), reads_before_writes(40_000)
     ratio = verify_seconds(large) / max(verify_seconds(small), 1e-4)
-    assert ratio < 24, f"verifying 8x the reads took {ratio:.1f}x the time"
+    assert ratio < 60, f"verifying 16x the reads took {ratio:.1f}x the time"
 
 
 def test_a_long_name_used_everywhere_keeps_the_report_linear():
