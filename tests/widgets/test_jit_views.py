@@ -233,6 +233,9 @@ def test_views_show_per_function_hit_rates() -> None:
     assert vm.jit_monitor().hit_rate("positions") == 0.0
     view = JITCacheView(function="block", pump=UpdatePump(background=False), live=False)
     assert f"hit rate of block {theme.cell_text(rate, 'rate')}" in view.summary()
+    empty = JITCacheView(function="positions", pump=UpdatePump(background=False), live=False)
+    others = f"({len(vm.jit_info())} of other functions: %msvm info lists them)"
+    assert f"0 cache entries of positions {others}" in empty.summary()
 
 
 def test_numbers_carry_sensible_precision() -> None:

@@ -40,6 +40,7 @@ class JITCacheView(StaticFallback, widgets.VBox):
         self.function = function
         self.pump = pump or default_pump()
         self.entries: list[dict] = []
+        self.others = 0  # entries of other functions, for a view of one function
         self.gone: list[str] = []  # entries this view listed that a reset dropped
         self.unavailable: str | None = None
         self.rate: float | None = None
@@ -109,6 +110,7 @@ class JITCacheView(StaticFallback, widgets.VBox):
                 self.unavailable = f"JIT cache unavailable: {type(exc).__name__}: {exc}"
             listed = [str(e.get("name")) for e in self.entries]
             self.entries = [e for e in entries if self.function is None or e.get("function") == self.function]
+            self.others = len(entries) - len(self.entries)
             names = [str(e.get("name")) for e in self.entries]
             if not self.unavailable:
                 self.gone = [n for n in dict.fromkeys(self.gone + listed) if n not in names]
@@ -159,7 +161,10 @@ class JITCacheView(StaticFallback, widgets.VBox):
         rate = (f"hit rate of {self.function} {theme.cell_text(self.function_rate, 'rate')}, all functions "
                 if self.function else "hit rate ")
         average = theme.cell_text(self.avg_ms, "compile_ms") if self.avg_ms else "none compiled yet"
-        return (f"{len(self.entries)} cache entr{'y' if len(self.entries) == 1 else 'ies'}{scope}; "
+        others = ""
+        if self.function and not self.entries and self.others:  # say where the entries one expects are
+            others = f" ({self.others} of other functions: %msvm info lists them)"
+        return (f"{len(self.entries)} cache entr{'y' if len(self.entries) == 1 else 'ies'}{scope}{others}; "
                 f"{rate}{theme.cell_text(self.rate, 'rate')}; average compile time {average}")
 
     def gone_note(self) -> str | None:
