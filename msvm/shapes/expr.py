@@ -838,6 +838,7 @@ def _parse_dim(text: str) -> Dim:
     parser = _Parser(text)
     d = parser.expr()
     parser.end()
+    _check_printable(text, len(str(d)))
     return d
 
 
@@ -845,7 +846,17 @@ def _parse_dim_list(text: str) -> tuple[Dim, ...]:
     parser = _Parser(text)
     dims = parser.dim_list()
     parser.end()
+    _check_printable(text, sum(len(str(d)) + 2 for d in dims))
     return tuple(dims)
+
+
+def _check_printable(text: str, length: int) -> None:
+    """Refuse a text whose normal form is longer than the parser reads: ``(a+b)*(c+d)*...`` expands,
+    and what parses must print as text that parses again (the text and binary formats rely on it)."""
+    if length > MAX_TEXT_LENGTH:
+        raise ShapeSyntaxError(
+            f"its normal form is {length} characters long; the limit is {MAX_TEXT_LENGTH}", 0, text
+        )
 
 
 # Only short texts are cached: real specs are short, and a cache of long hostile texts would hold memory.

@@ -18,6 +18,7 @@ from msvm.shapes import (
     dmax,
     dmin,
     parse_dim,
+    parse_shape,
     prove_equal,
 )
 
@@ -290,6 +291,18 @@ def test_hostile_inputs_are_rejected_quickly():
     _rejects_quickly("*".join(["9223372036854775807"] * 20), "too complex")
     product = "*".join(f"(A{i}+B{i})" for i in range(8))  # 256 monomials from 48 characters
     _rejects_quickly(f"(({product})//2)*({product})", "too complex")  # would print 1.5 MB, then 400 MB
+
+
+def test_what_parses_prints_as_text_that_parses_again():
+    """A short text may expand: 8 binomials multiplied are 71 characters whose normal form has 6143."""
+    product = "*".join(f"(a{i}+b{i})" for i in range(8))
+    _rejects_quickly(product, "normal form is 6143 characters long; the limit is 4096")
+    with pytest.raises(ShapeSyntaxError, match="normal form"):
+        parse_shape(f"[{product}]")
+    with pytest.raises(ShapeSyntaxError, match="normal form"):  # each dim fits, the spec does not
+        parse_shape("[" + ", ".join(["*".join(f"(a{i}+b{i})" for i in range(7))] * 2) + "]")
+    largest = "*".join(f"(a{i}+b{i})" for i in range(7))
+    assert parse_dim(str(parse_dim(largest))) == parse_dim(largest)
 
 
 def test_deep_but_legal_input():
