@@ -1104,6 +1104,8 @@ class Campaign:
         self.report.counts[outcome] += 1
         if is_defect(self.kind, outcome):
             self.report.defects.append(result)
+            print(f"[fuzz] {self.kind} case {case}: {outcome} ({repro(self.kind, self.seed, case)})",
+                  file=sys.stderr, flush=True)  # as found: a long campaign's finds are not held back
         if self.keep_all:
             self.report.results.append(result)
 
