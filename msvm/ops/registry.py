@@ -185,8 +185,8 @@ class CallOnly:
 
 
 Infer = Callable[..., "TensorType | Sequence[TensorType]"]
-_POSITIONAL, _KEYWORD_ONLY = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
 Kernel = Callable[..., "np.ndarray | tuple[np.ndarray, ...]"]
+_POSITIONAL, _KEYWORD_ONLY = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
 
 
 @dataclass
@@ -369,7 +369,7 @@ def eager_arrays(inputs: Sequence[Any]) -> list[np.ndarray]:
         dtype = np.result_type(*tensors, *(x for x in inputs if _python_scalar(x)))
         return [np.asarray(x, dtype=dtype) if a is None else a for x, a in zip(inputs, arrays)]
     except (TypeError, OverflowError):  # e.g. 300 with an int8 tensor: the kernel's own promotion decides
-        return [np.asarray(x) for x in inputs]
+        return [np.asarray(x) if a is None else a for x, a in zip(inputs, arrays)]
 
 
 def host_array(value: Any) -> np.ndarray:
