@@ -146,6 +146,15 @@ def _browser(viewport_width: int = 1400) -> Iterator[tuple[Any, list[str]]]:
     assert not errors, "JavaScript errors in the console:\n" + "\n".join(errors)
 
 
+def _assert_figures_fill(timeline: Any) -> None:
+    """The timeline's two figures are as wide as the view, not Plotly's 700 px, nor sticking out."""
+    widths = timeline.evaluate(
+        "(el) => [el.getBoundingClientRect().width, ...Array.from(el.querySelectorAll('.js-plotly-plot'),"
+        " (f) => f.querySelector('.main-svg').getBoundingClientRect().width)]")
+    assert len(widths) == 3 and all(abs(w - widths[0]) <= 2 for w in widths[1:]), widths
+    assert widths[0] != 700, widths
+
+
 # The figure's own numbers for the bar under the mouse: its hover fields, its length and its base.
 HOVERED = """(figure) => {
   const text = document.querySelector('.hoverlayer .hovertext')?.textContent || '';
@@ -187,12 +196,7 @@ def test_quickstart_renders_widgets_in_light_and_dark_theme(lab: str) -> None:
         figures.first.wait_for(timeout=15_000)
         timeline.locator(".js-plotly-plot .bars path").first.wait_for(state="attached")
         page.wait_for_timeout(500)  # the figures refit to the tab once it shows
-        widths = timeline.evaluate(
-            "(el) => [el.getBoundingClientRect().width, ...Array.from(el.querySelectorAll('.js-plotly-plot'),"
-            " (f) => f.querySelector('.main-svg').getBoundingClientRect().width)]")
-        # as wide as the tab, not Plotly's 700 px: neither narrower nor sticking out
-        assert len(widths) == 3 and all(abs(w - widths[0]) <= 2 for w in widths[1:]), widths
-        assert widths[0] != 700, widths
+        _assert_figures_fill(timeline)
         # hover the widest slice of the call: its duration is the event's own, not the bar's end
         call_figure = figures.first
         bars = call_figure.locator(".bars path")
@@ -280,3 +284,15 @@ def test_views_are_live_while_a_cell_runs_and_say_what_a_reset_dropped(lab: str)
         _dark(page)
         cache.screenshot(path=str(ARTIFACTS / "live-cache-after-reset-dark.png"))
         monitor.screenshot(path=str(ARTIFACTS / "live-monitor-after-reset-dark.png"))
+
+        # the long cell ran without --trace: its timeline says so, and one click traces its last call
+        dashboard = outputs.nth(2).locator(".msvm-dashboard")
+        dashboard.get_by_role("tab", name="Timeline").click()
+        timeline = dashboard.locator(".msvm-timeline")
+        assert "Nothing was traced in this cell" in timeline.inner_text()
+        timeline.get_by_role("button", name="Trace the last call again").click()
+        timeline.locator(".js-plotly-plot .bars path").first.wait_for(state="visible", timeout=15_000)
+        assert "interpreted) in 1 call, over" in timeline.inner_text()
+        page.wait_for_timeout(500)
+        _assert_figures_fill(timeline)  # drawn while hidden, refitted once shown
+        dashboard.screenshot(path=str(ARTIFACTS / "live-timeline-traced-again-dark.png"))

@@ -120,7 +120,8 @@ class UpdatePump:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._loop, name="msvm-widget-pump", daemon=True)
                     self._thread.start()
-        self._wake.set()
+        if not self._wake.is_set():  # a traced instruction may submit: keep the common case cheap
+            self._wake.set()
 
     def _timeout(self) -> float | None:
         """How long the pump may sleep: until the earliest pending update is due, a tick while polling,
