@@ -124,6 +124,7 @@ UNARY_REFS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], str, Sequence[st
     "silu": (like_exp(lambda x: x * ref_sigmoid(x)), "any", ALL_DTYPES),
     "relu": (lambda x: np.where(x > 0, x, np.zeros_like(x)), "any", ("float32", "float64", "int32", "int64")),
     "gelu": (like_exp(ref_gelu), "any", ALL_DTYPES),
+    "erf": (like_exp(np.vectorize(math.erf, otypes=[float])), "any", ALL_DTYPES),
 }
 
 for _op, (_ref, _kind, _dtypes) in UNARY_REFS.items():

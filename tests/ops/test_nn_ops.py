@@ -400,6 +400,21 @@ for _dt in FLOATS:
         case("group_norm", _inputs, lambda *xs, g=_g, e=_eps: ref_group_norm(*xs, num_groups=g, eps=e),
              num_groups=_g, eps=_eps)
 
+def ref_lrn(x: np.ndarray, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0) -> np.ndarray:
+    """ONNX's LRN, channel by channel: the window runs (size-1)//2 channels back and size//2 ahead."""
+    x64, out = x.astype(np.float64), np.empty(x.shape)
+    for c in range(x.shape[1]):
+        lo, hi = max(c - (size - 1) // 2, 0), min(c + size // 2, x.shape[1] - 1)
+        square_sum = np.sum(x64[:, lo:hi + 1] ** 2, axis=1)
+        out[:, c] = x64[:, c] / (k + alpha / size * square_sum) ** beta
+    return out
+
+
+for _dt in FLOATS:
+    for _xs, _attrs in [((2, 5, 3, 3), {"size": 3}), ((2, 3, 2, 2), {"size": 1}),
+                        ((1, 6, 4), {"size": 4, "alpha": 0.5, "beta": 0.6, "k": 2.0})]:
+        case("lrn", [randn(_xs, _dt)], lambda x, a=_attrs: ref_lrn(x, **a), **_attrs)
+
 RESIZE = [{"size": (10, 14)}, {"size": (3, 4)}, {"size": (5, 7)}, {"size": (7, 11)}, {"size": 4},
           {"scale_factor": 2.0}, {"scale_factor": 0.5}, {"scale_factor": 1.7}, {"scale_factor": (1.5, 0.75)},
           {"scale_factor": (1.1, 2.1)}, {"size": (1, 1)}]
