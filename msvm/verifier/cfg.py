@@ -6,31 +6,34 @@ former, so that all three agree on what "dominates" and "reachable" mean.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..bytecode.module import Function
 
 
 @dataclass
 class CFG:
+    """Why the derived facts are computed once here: the verifier asks for reachability and dominance
+    once per register read, so asking must not cost the size of the function (a chain of n blocks
+    made walking the dominator tree, and rebuilding the reachable set, quadratic in n)."""
+
     succs: list[list[int]]
     preds: list[list[int]]
     rpo: list[int]  # reachable blocks in reverse postorder (entry first)
     idom: dict[int, int]  # immediate dominator of each reachable block (entry → itself)
+    reachable: frozenset[int] = field(init=False, repr=False, compare=False)
+    # the dominator tree numbered depth-first: a dominates b iff b's interval nests in a's
+    tree_span: dict[int, tuple[int, int]] = field(init=False, repr=False, compare=False)
 
-    @property
-    def reachable(self) -> set[int]:
-        return set(self.rpo)
+    def __post_init__(self) -> None:
+        self.reachable = frozenset(self.rpo)
+        self.tree_span = _tree_spans(self.rpo, self.idom)
 
     def dominates(self, a: int, b: int) -> bool:
-        """Does block ``a`` dominate block ``b`` (both reachable)?"""
-        while True:
-            if a == b:
-                return True
-            parent = self.idom[b]
-            if parent == b:
-                return False
-            b = parent
+        """Does block ``a`` dominate block ``b`` (``b`` reachable; False for an unreachable ``a``)?"""
+        low, high = self.tree_span[b]
+        span = self.tree_span.get(a)
+        return span is not None and span[0] <= low and high <= span[1]
 
     def reachable_from(self, starts: list[int]) -> set[int]:
         seen: set[int] = set()
@@ -109,3 +112,28 @@ def _dominators(rpo: list[int], preds: list[list[int]]) -> dict[int, int]:
                 idom[b] = new
                 changed = True
     return idom
+
+
+def _tree_spans(rpo: list[int], idom: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """(first, last) depth-first number of each reachable block's dominator subtree."""
+    children: dict[int, list[int]] = {b: [] for b in rpo}
+    for b in rpo[1:]:
+        children[idom[b]].append(b)
+    spans: dict[int, tuple[int, int]] = {}
+    if not rpo:
+        return spans
+    counter = 0
+    stack: list[tuple[int, int]] = [(rpo[0], 0)]
+    first: dict[int, int] = {rpo[0]: 0}
+    while stack:
+        block, i = stack[-1]
+        if i < len(children[block]):
+            stack[-1] = (block, i + 1)
+            child = children[block][i]
+            counter += 1
+            first[child] = counter
+            stack.append((child, 0))
+        else:
+            stack.pop()
+            spans[block] = (first[block], counter)
+    return spans

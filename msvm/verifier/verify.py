@@ -9,6 +9,7 @@ defined on every path, every index is in range, every op call matches its op's s
 
 from __future__ import annotations
 
+import bisect
 import operator
 import re
 from collections import Counter
@@ -733,7 +734,7 @@ class FunctionChecker:
         if op is None:
             import difflib
 
-            close = difflib.get_close_matches(opname, REGISTRY, n=3)
+            close = difflib.get_close_matches(opname[:64], REGISTRY, n=3)  # its cost grows with the name
             self.fail(
                 "UNKNOWN-OP",
                 f"no op named {opname!r}",
@@ -804,6 +805,7 @@ class FunctionChecker:
                 for reg in ins.reads():
                     uses.setdefault(reg, []).append((bi, ii, ins))
         broken = set(self.reported)  # instructions earlier passes reported: neither checked nor blamed here
+        loops = _Retreats(cfg)
         # (id of a use, register) → (the use, addresses of the frees that can run before it)
         after_free: dict[tuple[int, int], tuple[Instruction, dict[int, None]]] = {}
         for bi, ii, ins in self.fn.instructions():
@@ -822,11 +824,17 @@ class FunctionChecker:
                     hint="free only tensors this function allocated",
                 )
                 continue  # the free itself is the mistake, not what comes after it
-            # Passing the definition again (a loop) writes a fresh value: paths from the free stop there.
-            later = _reachable_without(cfg, cfg.succs[bi], db)
+            later: set[int] | None = None
             for ub, ui, user in uses.get(reg, []):  # the free itself too: in a loop it may run again
-                again = ub in later and (ub != db or (ui is not None and ui < di))
-                if id(user) not in broken and ((ub == bi and (ui is None or ui > ii)) or again):
+                if id(user) in broken:
+                    continue
+                after = ub == bi and (ui is None or ui > ii)
+                if not after and ub != db and ub in cfg.reachable and loops.may_reach(bi, ub, db):
+                    if later is None:
+                        # Passing the definition again (a loop) writes a fresh value: paths stop there.
+                        later = _reachable_without(cfg, cfg.succs[bi], db)
+                    after = ub in later
+                if after:
                     after_free.setdefault((id(user), reg), (user, {}))[1][self.where[id(ins)]] = None
         for (_, reg), (user, frees) in after_free.items():  # one report per use, naming every free before it
             double = user.name == "TENSOR_FREE"
@@ -888,6 +896,30 @@ def _kind(t: RegType) -> str:
 
 def _blocks(blocks: Iterable[int]) -> str:
     return "[" + ", ".join(f"bb{b}" for b in blocks) + "]"
+
+
+class _Retreats:
+    """Which uses a free can reach without searching the CFG, so checking frees is not quadratic.
+
+    A use of a register is dominated by its definition ``db``, and a path that avoids ``db`` cannot
+    enter ``db``'s dominator subtree from outside; so from the free to the use it stays inside, and
+    goes backwards in reverse postorder only over a retreating edge whose target is inside too.
+    """
+
+    def __init__(self, cfg: CFG) -> None:
+        self.cfg = cfg
+        self.order = {b: i for i, b in enumerate(cfg.rpo)}
+        self.targets = sorted(
+            {cfg.tree_span[t][0] for b in cfg.rpo for t in cfg.succs[b] if self.order[t] <= self.order[b]}
+        )
+
+    def may_reach(self, free_block: int, use_block: int, def_block: int) -> bool:
+        """False only where no path from ``free_block`` to ``use_block`` avoids ``def_block``."""
+        if self.order[use_block] > self.order[free_block] or def_block not in self.cfg.tree_span:
+            return True  # (a definition in an unreachable block is reported there; search anyway)
+        low, high = self.cfg.tree_span[def_block]  # a target strictly inside: its number is in (low, high]
+        i = bisect.bisect_right(self.targets, low)
+        return i < len(self.targets) and self.targets[i] <= high
 
 
 def _reachable_without(cfg: CFG, starts: list[int], barrier: int) -> set[int]:
