@@ -45,16 +45,25 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             )
         )
     elif diags:
-        print(f"{args.file}: invalid, {len(diags)} error{'s' if len(diags) != 1 else ''}")
+        print(_printable(f"{args.file}: invalid, {len(diags)} error{'s' if len(diags) != 1 else ''}"))
         for d in diags:
-            print(f"  {d}")
+            print(_printable(f"  {d}"))
     else:
         n = sum(f.size for f in module.functions)
         print(
-            f"{args.file}: valid ({len(module.functions)} function(s), {n} instructions, "
-            f"{len(module.constants)} constant(s))"
+            _printable(
+                f"{args.file}: valid ({len(module.functions)} function(s), {n} instructions, "
+                f"{len(module.constants)} constant(s))"
+            )
         )
     return 1 if diags else 0
+
+
+def _printable(text: str) -> str:
+    """``text`` as stdout can write it: a module's names may hold lone surrogates (JSON strings in the
+    text format can spell them), which a UTF-8 stream refuses; they are written as escapes."""
+    encoding = sys.stdout.encoding or "utf-8"
+    return text.encode(encoding, "backslashreplace").decode(encoding)
 
 
 def _cmd_dis(args: argparse.Namespace) -> int:

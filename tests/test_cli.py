@@ -98,3 +98,26 @@ def test_console_script_and_python_m():
         [sys.executable, "-m", "msvm", "--help"], capture_output=True, text=True, check=True
     )
     assert "validate" in done.stdout and "demo" in done.stdout
+
+
+RESERVED_SYMBOL = """\
+func @"f\\ud800"(x, n) regs=2 {
+bb0:
+  R0 = TENSOR_CREATE 0, [B, 8], float32, cpu  @"\\udfff.py":1:1
+  R1 = SCALAR_ARG 1, max  @"\\udfff.py":2:1
+  RET (R0)
+}
+"""
+
+
+def test_validate_reports_a_reserved_symbol_as_invalid(tmp_path):
+    """A symbol named like a shape function is a diagnostic (exit 1), in either report, and names
+    with lone surrogates (JSON escapes in the text) print as escapes instead of failing the write."""
+    path = tmp_path / "reserved.msbc.txt"
+    path.write_text(RESERVED_SYMBOL)
+    for flags in ([], ["--json"]):
+        run = subprocess.run([sys.executable, "-m", "msvm", "validate", *flags, str(path)],
+                             capture_output=True, text=True, encoding="utf-8", errors="strict")
+        assert run.returncode == 1, run.stderr
+        assert "E-VERIFY-BAD-SYMBOL" in run.stdout and "Traceback" not in run.stderr
+    assert json.loads(run.stdout)["diagnostics"][0]["code"] == "E-VERIFY-BAD-SYMBOL"
