@@ -223,6 +223,57 @@ def _selu(ctx: NodeCtx) -> Value:
     return ctx.call("mul", [inner, frozen(np.array(gamma, dtype=dt))])
 
 
+def _scalar(ctx: NodeCtx, value: float) -> np.ndarray:
+    return frozen(np.array(value, dtype=ctx.dtype(0)))
+
+
+def _negative_part(ctx: NodeCtx) -> Value:
+    return ctx.call("minimum", [ctx.value(0), _scalar(ctx, 0.0)])
+
+
+# The activations below are compositions of registry ops until the registry has them as ops of their
+# own (torch-style nn ops are being added); each is exact in floating point, not an approximation.
+
+
+@converter("LeakyRelu", attrs={"alpha": None})
+def _leaky_relu(ctx: NodeCtx) -> Value:
+    slope = _scalar(ctx, ctx.attr("alpha", 0.01))
+    return ctx.call("add", [ctx.call("relu", [ctx.value(0)]), ctx.call("mul", [_negative_part(ctx), slope])])
+
+
+@converter("Elu", attrs={"alpha": None})
+def _elu(ctx: NodeCtx) -> Value:
+    # relu(x) + alpha * (exp(min(x, 0)) - 1): exp never overflows
+    em1 = ctx.call("sub", [ctx.call("exp", [_negative_part(ctx)]), _scalar(ctx, 1.0)])
+    scaled = ctx.call("mul", [em1, _scalar(ctx, ctx.attr("alpha", 1.0))])
+    return ctx.call("add", [ctx.call("relu", [ctx.value(0)]), scaled])
+
+
+def _hard_sigmoid_of(ctx: NodeCtx, x: Value, alpha: float, beta: float) -> Value:
+    lin = ctx.call("add", [ctx.call("mul", [x, _scalar(ctx, alpha)]), _scalar(ctx, beta)])
+    return ctx.call("clamp", [lin], {"min": 0.0, "max": 1.0})
+
+
+@converter("HardSigmoid", attrs={"alpha": None, "beta": None})
+def _hard_sigmoid(ctx: NodeCtx) -> Value:
+    return _hard_sigmoid_of(ctx, ctx.value(0), ctx.attr("alpha", 0.2), ctx.attr("beta", 0.5))
+
+
+@converter("HardSwish")
+def _hard_swish(ctx: NodeCtx) -> Value:
+    x = ctx.value(0)
+    return ctx.call("mul", [x, _hard_sigmoid_of(ctx, x, 1.0 / 6.0, 0.5)])
+
+
+@converter("Softplus")
+def _softplus(ctx: NodeCtx) -> Value:
+    # log(1 + exp(x)) = relu(x) + log(1 + exp(-|x|)): exp never overflows
+    x = ctx.value(0)
+    tail = ctx.call("exp", [ctx.call("neg", [ctx.call("abs", [x])])])
+    log1p = ctx.call("log", [ctx.call("add", [tail, _scalar(ctx, 1.0)])])
+    return ctx.call("add", [ctx.call("relu", [x]), log1p])
+
+
 # -- constants and shapes -------------------------------------------------------------------------
 
 

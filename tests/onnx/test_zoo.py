@@ -48,10 +48,6 @@ UNSUPPORTED = {
     "test_ConvTranspose2d",
     "test_ConvTranspose2d_no_bias",
     "test_operator_convtranspose",  # no registry op yet
-    "test_ELU",
-    "test_LeakyReLU",
-    "test_LeakyReLU_with_negval",
-    "test_Softplus",  # nn ops being added
 }
 
 
