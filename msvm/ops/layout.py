@@ -140,15 +140,21 @@ register(OpDef(
 # -- slice --------------------------------------------------------------------------------------------
 
 
-def _bound_class(v: Dim, forward: bool) -> str:
-    """lo / hi (clamped to an end), P (counts from the front), N (counts from the back), S (either).
+def _bound_class(v: Dim, forward: bool, size: Dim | None = None) -> str:
+    """lo / hi (clamped to an end), P (counts from the front), N (counts from the back), S (either),
+    Z (the axis's own size less 1 or 2: ``x[:len(x) - 1]``).
 
     A symbolic bound is an expression of sizes (each >= 0): one whose terms show its sign is P or N;
-    one that may be either (``W - H - 3``) is S, and its length is Python's rule for both signs.
+    one that may be either (``W - H - 3``) is S, and its length is Python's rule for both signs. The
+    axis's size less 1 (or 2, stepping forward) is negative only where Python's clamp gives 0 (-1)
+    anyway: ``max(L - 1, 0)`` is exact, and the common idiom keeps a short form.
     """
     if v.is_unknown:
         return "P"
     if not v.is_const:
+        offset = None if size is None else v - size
+        if offset is not None and offset.is_const and offset.value >= (-2 if forward else -1):
+            return "hi" if offset.value >= 0 else "Z"
         return {1: "P", -1: "N"}.get(_sign(v), "S")
     value = v.value
     if value >= _HUGE:
@@ -191,6 +197,8 @@ def _position(v: Dim, cls: str, size: Dim, forward: bool) -> Dim:
         return dmin(v, top)
     if cls == "N":
         return dmax(size + v, low)
+    if cls == "Z":
+        return dmax(v, low)
     # either sign: clamp into [low - L, top], then c // (L + 1) is -1 exactly for the negative ones
     c = dmin(dmax(v, low - size), top)
     return c - size * (c // (size + 1))
@@ -208,10 +216,14 @@ def slice_length(size: Dim | int, start: Dim | int, stop: Dim | int, step: int) 
     if L.is_const and s.is_const and e.is_const:
         return as_dim(len(range(L.value)[slice(s.value, e.value, step)]))
     forward = step > 0
-    cs, ce = _bound_class(s, forward), _bound_class(e, forward)
-    if "S" in (cs, ce):
+    cs, ce = _bound_class(s, forward, L), _bound_class(e, forward, L)
+    if "S" in (cs, ce) or "Z" in (cs, ce):
         first, last = _position(s, cs, L, forward), _position(e, ce, L, forward)
-        diff = dmax(last - first if forward else first - last, 0)
+        ends = (("lo", "Z"), ("Z", "hi")) if forward else (("hi", "Z"), ("Z", "lo"))
+        if (cs, ce) in ends:  # an end less a position inside the axis: >= 0 as it is
+            diff = last - first if forward else first - last
+        else:
+            diff = dmax(last - first if forward else first - last, 0)
     elif forward:
         # clamped positions: lo = 0, hi = L, P: min(v, L), N: max(L+v, 0); length = max(0, e' - s')
         if cs == "hi" or ce == "lo":
@@ -271,7 +283,7 @@ def _slice_infer(ctx: InferContext, x: TensorType, axes: Sequence[int], starts: 
     for a, start, stop, step in zip(norm, starts, stops, steps):
         start, stop = as_dim(start), as_dim(stop)
         for what, bound in (("start", start), ("stop", stop)):
-            if _bound_class(bound, step > 0) == "P":  # taken to count from the front, as its terms say
+            if _bound_class(bound, step > 0, out[a]) == "P":  # counts from the front, as its terms say
                 _require_nonneg(ctx, bound, f"slice {what} {bound} on axis {a}")
         out[a] = slice_length(out[a], start, stop, step)
     return TensorType(ShapeSpec(out), x.dtype)

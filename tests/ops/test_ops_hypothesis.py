@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 
 from msvm.ops import REGISTRY, InferContext, OpTypeError, TensorType
 from msvm.ops.layout import SLICE_BEGIN, SLICE_END, slice_length
-from msvm.shapes import Dim, ShapeSpec, dmin
+from msvm.shapes import Dim, ShapeSpec, dmax, dmin
 
 SETTINGS = settings(max_examples=300, deadline=None)
 
@@ -161,7 +161,7 @@ def test_slice_length_exhaustive() -> None:
 def test_slice_length_of_symbolic_bounds_of_either_sign_is_pythons() -> None:
     """A bound computed from sizes (``W - H - 3``, ``-H - 3``) may be negative: the length still clamps it."""
     L, A, B = Dim.sym("L"), Dim.sym("A"), Dim.sym("B")
-    bounds = [A, -A - 3, A - B - 2, -A, B + 1, -2, 3, SLICE_END, SLICE_BEGIN]
+    bounds = [A, -A - 3, A - B - 2, -A, B + 1, L - 1, L - 2, L - 3, L + 1, -2, 3, SLICE_END, SLICE_BEGIN]
     for start in bounds:
         for stop in bounds:
             for step in (1, 2, -1, -3):
@@ -173,6 +173,7 @@ def test_slice_length_of_symbolic_bounds_of_either_sign_is_pythons() -> None:
                             s, e = (v if isinstance(v, int) else v.evaluate(env) for v in (start, stop))
                             assert length.evaluate(env) == len(range(n)[s:e:step]), (start, stop, step, env)
     assert slice_length(L, -A - 3, SLICE_END, 1) == dmin(A + 3, L)  # known negative: counts from the back
+    assert slice_length(L, 0, L - 1, 1) == dmax(L - 1, 0)  # x[:len(x) - 1] keeps a short form
 
 
 def test_slice_full_and_constant_cases_are_simple() -> None:
