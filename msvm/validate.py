@@ -23,8 +23,9 @@ def read_module(source: Module | bytes | str | os.PathLike) -> Module:
     path = Path(source)
     try:
         data = path.read_bytes()
-    except OSError as exc:
-        raise BytecodeFormatError(f"cannot read {path}: {exc.strerror or exc}", code="E-FORMAT-IO") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        message = getattr(exc, "strerror", None) or exc
+        raise BytecodeFormatError(f"cannot read {path}: {message}", code="E-FORMAT-IO") from None
     if data.startswith(MAGIC):
         return decode_module(data)
     try:

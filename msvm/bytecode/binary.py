@@ -969,9 +969,9 @@ def load_module(path: str | PathLike[str]) -> Module:
     """Read a ``.msbc`` file; unreadable files raise BytecodeFormatError with code E-FORMAT-IO."""
     try:
         data = Path(path).read_bytes()
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise BytecodeFormatError(
-            f"cannot read {str(path)!r}: {exc.strerror or exc}", code="E-FORMAT-IO"
+            f"cannot read {str(path)!r}: {getattr(exc, 'strerror', None) or exc}", code="E-FORMAT-IO"
         ) from None
     return decode_module(data)
 

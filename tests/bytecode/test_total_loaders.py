@@ -21,12 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from msvm.bytecode.binary import decode_module, encode_module
+from msvm.bytecode.binary import decode_module, encode_module, load_module
 from msvm.bytecode.module import MAX_LOCATION, Block, Function, Module, make_instruction
 from msvm.bytecode.text import assemble, disassemble
 from msvm.errors import BytecodeFormatError, SourceLoc
 from msvm.scheduler import patch as patch_module
 from msvm.scheduler.patch import CapabilityPatchError, load_capability_patch
+from msvm.validate import validate
 from msvm.verifier import check_module
 
 try:
@@ -301,3 +302,10 @@ def test_mutated_patch_files_raise_only_patch_errors(data: st.DataObject, tmp_pa
         pass
     finally:
         patch_module.DB.apply_patch = original
+
+
+def test_a_path_with_a_nul_is_an_io_format_error():
+    for read in (load_module, validate):
+        with pytest.raises(BytecodeFormatError) as err:
+            read(Path("model\x00.msbc"))
+        assert err.value.code == "E-FORMAT-IO"
