@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..frontend.values import ScalarVal
+from ..ops.functions import get_function
 from .graph import NodeCtx, ShapeVec, Value, converter, frozen, ints_value
 from .proto import msvm_dtype
 
@@ -227,51 +228,58 @@ def _scalar(ctx: NodeCtx, value: float) -> np.ndarray:
     return frozen(np.array(value, dtype=ctx.dtype(0)))
 
 
-def _negative_part(ctx: NodeCtx) -> Value:
-    return ctx.call("minimum", [ctx.value(0), _scalar(ctx, 0.0)])
+class _NodeBuild:
+    """A ``msvm.ops.functions`` body emitted for one node: torch's activations are those functions, so
+    ONNX's same-named ops expand through them (one definition of each) rather than a copy of them here."""
+
+    def __init__(self, ctx: NodeCtx) -> None:
+        self.ctx = ctx
+
+    def __call__(self, op: str, *inputs: Any, **attrs: Any) -> Value:
+        values = [_scalar(self.ctx, v) if isinstance(v, (int, float)) else v for v in inputs]
+        return self.ctx.call(op, values, attrs)
+
+    def rank(self, value: Value) -> int:
+        return self.ctx.imp.rank(value)
 
 
-# The activations below are compositions of registry ops until the registry has them as ops of their
-# own (torch-style nn ops are being added); each is exact in floating point, not an approximation.
+def _function(ctx: NodeCtx, name: str, **attrs: Any) -> Value:
+    return get_function(name).expand(_NodeBuild(ctx), ctx.value(0), **attrs)
 
 
 @converter("LeakyRelu", attrs={"alpha": None})
 def _leaky_relu(ctx: NodeCtx) -> Value:
-    slope = _scalar(ctx, ctx.attr("alpha", 0.01))
-    return ctx.call("add", [ctx.call("relu", [ctx.value(0)]), ctx.call("mul", [_negative_part(ctx), slope])])
+    return _function(ctx, "leaky_relu", negative_slope=ctx.attr("alpha", 0.01))
 
 
 @converter("Elu", attrs={"alpha": None})
 def _elu(ctx: NodeCtx) -> Value:
-    # relu(x) + alpha * (exp(min(x, 0)) - 1): exp never overflows
-    em1 = ctx.call("sub", [ctx.call("exp", [_negative_part(ctx)]), _scalar(ctx, 1.0)])
-    scaled = ctx.call("mul", [em1, _scalar(ctx, ctx.attr("alpha", 1.0))])
-    return ctx.call("add", [ctx.call("relu", [ctx.value(0)]), scaled])
-
-
-def _hard_sigmoid_of(ctx: NodeCtx, x: Value, alpha: float, beta: float) -> Value:
-    lin = ctx.call("add", [ctx.call("mul", [x, _scalar(ctx, alpha)]), _scalar(ctx, beta)])
-    return ctx.call("clamp", [lin], {"min": 0.0, "max": 1.0})
+    return _function(ctx, "elu", alpha=ctx.attr("alpha", 1.0))
 
 
 @converter("HardSigmoid", attrs={"alpha": None, "beta": None})
 def _hard_sigmoid(ctx: NodeCtx) -> Value:
-    return _hard_sigmoid_of(ctx, ctx.value(0), ctx.attr("alpha", 0.2), ctx.attr("beta", 0.5))
+    # ONNX's slope and offset are attributes (torch's hardsigmoid is alpha = 1/6, beta = 0.5)
+    x, alpha, beta = ctx.value(0), ctx.attr("alpha", 0.2), ctx.attr("beta", 0.5)
+    lin = ctx.call("add", [ctx.call("mul", [x, _scalar(ctx, alpha)]), _scalar(ctx, beta)])
+    return ctx.call("clamp", [lin], {"min": 0.0, "max": 1.0})
 
 
 @converter("HardSwish")
 def _hard_swish(ctx: NodeCtx) -> Value:
-    x = ctx.value(0)
-    return ctx.call("mul", [x, _hard_sigmoid_of(ctx, x, 1.0 / 6.0, 0.5)])
+    return _function(ctx, "hardswish")
 
 
 @converter("Softplus")
 def _softplus(ctx: NodeCtx) -> Value:
-    # log(1 + exp(x)) = relu(x) + log(1 + exp(-|x|)): exp never overflows
-    x = ctx.value(0)
-    tail = ctx.call("exp", [ctx.call("neg", [ctx.call("abs", [x])])])
-    log1p = ctx.call("log", [ctx.call("add", [tail, _scalar(ctx, 1.0)])])
-    return ctx.call("add", [ctx.call("relu", [x]), log1p])
+    # ONNX's log(1 + exp(x)) is torch's softplus with beta 1; above its threshold (20) the two differ
+    # by less than exp(-20) relative
+    return _function(ctx, "softplus")
+
+
+@converter("Mish")
+def _mish(ctx: NodeCtx) -> Value:
+    return _function(ctx, "mish")
 
 
 # -- constants and shapes -------------------------------------------------------------------------
