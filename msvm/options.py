@@ -27,6 +27,7 @@ class JitOptions:
     mem_optimize: bool = False
     scd_threshold: float = 0.8
     hot_threshold: int = 3
+    rewrite: bool = True  # the pattern rewrites (msvm/passes): False runs the bytecode exactly as written
 
     def __post_init__(self) -> None:
         if not isinstance(self.cache_mode, str):
@@ -36,7 +37,7 @@ class JitOptions:
                              f"{self.cache_mode!r}")
         if self.bucket_boundaries is not None:
             object.__setattr__(self, "bucket_boundaries", _boundaries(self.bucket_boundaries))
-        for name in ("fallback", "mem_optimize"):
+        for name in ("fallback", "mem_optimize", "rewrite"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         threshold = self.scd_threshold
@@ -92,4 +93,9 @@ def jit_enabled(options: Mapping[str, Any]) -> bool:
     return options.get("jit", True) is not False
 
 
-__all__ = ["CACHE_MODES", "JitOptions", "jit_enabled", "parse_options"]
+def rewrite_enabled(options: Mapping[str, Any]) -> bool:
+    """False when a program's options turn the pattern rewrites off (``{"rewrite": False}``)."""
+    return options.get("rewrite", True) is not False
+
+
+__all__ = ["CACHE_MODES", "JitOptions", "jit_enabled", "parse_options", "rewrite_enabled"]

@@ -22,6 +22,8 @@ from ..context import CONTEXT, on_change
 from ..errors import KernelError, MsvmError, ResourceLimitError, ShapeError
 from ..observe.trace import TRACE, TraceEvent
 from ..ops.registry import TensorType
+from ..options import rewrite_enabled
+from ..passes import PATTERNS, Rewrite, rewrite_module
 from ..scheduler import binding_settings
 from ..shapes import match_shape
 from ..verifier import FunctionInfo, ModuleInfo, verify_module
@@ -49,14 +51,25 @@ on_change(_forget_signatures)
 
 
 class Program:
-    """A verified module, ready to run: ``Program(module).function("f")(x)``."""
+    """A verified module, ready to run: ``Program(module).function("f")(x)``.
+
+    ``module`` is what runs: the module given with the pattern rewrites applied (``rewrites`` lists
+    them) unless the options say ``rewrite=False``.
+    """
 
     def __init__(
         self, module: Module, options: Mapping[str, Any] | None = None, info: ModuleInfo | None = None
     ) -> None:
-        self.module = module
         self.options = dict(options or {})
-        self.info = info or verify_module(module)
+        self.module, self.info = module, info or verify_module(module)
+        self.rewrites: list[Rewrite] = []
+        if rewrite_enabled(self.options):
+            self.module, self.info, self.rewrites = rewrite_module(module, self.info, PATTERNS)
+        if self.rewrites:
+            from ..msjit.stats import EVENTS
+
+            for rewrite in self.rewrites:
+                EVENTS.publish("rewrite", None, **rewrite.as_dict())
         self._executables: dict[str, Executable] = {}
 
     def function(self, name: str) -> Executable:

@@ -27,7 +27,8 @@ class JitEvent:
     # core-returned (a starved compile borrowed a core of the program's thread pools), deferred (an exact
     # key of a region whose keys churn waits until it is asked for again or the program pauses), tier-up
     # (an entry's optimised tier replaced its quick code), tier-down (the optimised tier ran slower: the
-    # quick code is back), loaded (code from the persistent code cache), reset (``ms.vm.reset()``
+    # quick code is back), loaded (code from the persistent code cache), rewrite (a pattern of
+    # msvm/passes replaced instructions with a fused op when a program was prepared), reset (``ms.vm.reset()``
     # emptied the cache: sent to subscribers only, never kept in the log)
     entry: str | None  # the entry's name, when the event is about one
     data: dict[str, Any] = field(default_factory=dict)
