@@ -219,7 +219,9 @@ OP_EXAMPLES: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "mean": (("float32[N, C, H, W]",), {"axis": (2, 3), "keepdims": True}),
     "max": (("float32[N, C]",), {"axis": 0}),
     "min": (("float32[N, C]",), {}),
+    "prod": (("float32[N, C]",), {"axis": 1}),
     "argmax": (("float32[N, C]",), {"axis": 1}),
+    "cumsum": (("int32[N, L]",), {"axis": 1, "exclusive": True}),
     "softmax": (("float32[B, L, L]",), {"axis": -1}),
     "log_softmax": (("float32[N, C]",), {}),
     # layout
@@ -235,6 +237,9 @@ OP_EXAMPLES: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "unsqueeze": (("float32[N, C]",), {"axis": 0}),
     "flatten": (("float32[N, C, H, W]",), {"start_dim": 1}),
     "take": (("float32[V, E]", "int64[N]"), {"axis": 0}),
+    "gather": (("float32[N, C]", "int64[N, K]"), {"axis": 1}),
+    "triu": (("float32[L, L]",), {"diagonal": 1}),
+    "tril": (("bool[B, L, L]",), {}),
     # linear algebra
     "matmul": (("float32[B, M, K]", "float32[K, N]"), {}),
     "linear": (("float32[N, 64]", "float32[10, 64]", "float32[10]"), {}),
@@ -244,6 +249,9 @@ OP_EXAMPLES: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         {"is_causal": True},
     ),
     "conv2d": (("float32[N, 3, H, W]", "float32[16, 3, 3, 3]"), {"padding": 1}),
+    "conv_transpose2d": (
+        ("float32[N, 16, H, W]", "float32[16, 8, 3, 3]"), {"stride": 2, "padding": 1, "output_padding": 1}
+    ),
     "embedding": (("int64[B, L]", "float32[V, 256]"), {}),
     "batch_norm": (("float32[N, 16, H, W]", "float32[16]", "float32[16]", "float32[16]", "float32[16]"), {}),
     "layer_norm": (("float32[B, L, 256]", "float32[256]", "float32[256]"), {"normalized_shape": 256}),

@@ -1,4 +1,4 @@
-"""Reductions (sum, mean, max, min, argmax) and the row-normalising softmax/log_softmax.
+"""Reductions (sum, mean, max, min, prod, argmax) and the row-normalising softmax/log_softmax.
 
 Why dtypes are probed: numpy's reduction dtypes have special cases (sum of int32 or bool is int64,
 mean of ints is float64, mean of float16 stays float16); asking numpy once per dtype keeps the shape
@@ -96,6 +96,8 @@ _REDUCTION_TABLE: Sequence[tuple[str, Callable[..., np.ndarray], Callable[[np.nd
     ("mean", _mean, np.mean, "arithmetic mean over axes (ints give float64)"),
     ("max", _ufunc_reduce(np.maximum), np.max, "maximum over axes (an empty reduction raises)"),
     ("min", _ufunc_reduce(np.minimum), np.min, "minimum over axes (an empty reduction raises)"),
+    ("prod", _ufunc_reduce(np.multiply), np.prod,
+     "product over axes (numpy dtypes: small ints and bool multiply as int64)"),
 )
 
 for _name, _kernel, _probe, _doc in _REDUCTION_TABLE:

@@ -211,7 +211,7 @@ for _sc, _sa, _sb in [
         case("where", [data(_sc, "bool"), data(_sa, _da), data(_sb, _db)], np.where)
 case("where", [data((2, 3), "int64"), data((2, 3), "float32"), data((3,), "float32")], np.where)
 
-REDUCTION_REFS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+REDUCTION_REFS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min, "prod": np.prod}
 for _op, _ref in REDUCTION_REFS.items():
     for _dtype in ALL_DTYPES:
         for _shape, _axis in [

@@ -350,6 +350,47 @@ for _dt in FLOATS:
         _inputs = [randn(_xs, _dt), randn(_ws, _dt)] + ([randn(_ws[:1], _dt)] if _bias else [])
         case("conv2d", _inputs, lambda *xs, a=_attrs: ref_conv2d(*xs, **a), **_attrs)
 
+
+def ref_conv_transpose2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, stride: Any = 1,
+                         padding: Any = 0, output_padding: Any = 0, groups: int = 1,
+                         dilation: Any = 1) -> np.ndarray:
+    """Each input pixel adds its kernel-weighted copy into the output, pixel by pixel, then the crop."""
+    squeeze = x.ndim == 3
+    x64 = (x[None] if squeeze else x).astype(np.float64)
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
+    oph, opw = pair(output_padding)
+    n, c, h, wd = x64.shape
+    _, og, kh, kw = w.shape
+    cg = c // groups
+    full_h, full_w = (h - 1) * sh + dh * (kh - 1) + 1 + oph, (wd - 1) * sw + dw * (kw - 1) + 1 + opw
+    full = np.zeros((n, og * groups, full_h, full_w))
+    for i in range(h):
+        for j in range(wd):
+            for g in range(groups):
+                contrib = np.einsum("nc,cokl->nokl", x64[:, g * cg:(g + 1) * cg, i, j],
+                                    w[g * cg:(g + 1) * cg].astype(np.float64))
+                full[:, g * og:(g + 1) * og, i * sh:i * sh + dh * (kh - 1) + 1:dh,
+                     j * sw:j * sw + dw * (kw - 1) + 1:dw] += contrib
+    out = full[:, :, ph:full_h - ph, pw:full_w - pw]
+    if b is not None:
+        out = out + b[None, :, None, None]
+    return out[0] if squeeze else out
+
+
+CONV_TRANSPOSE = [  # x shape, weight shape, with bias, attrs
+    ((2, 3, 4, 5), (3, 2, 3, 3), True, {}),
+    ((1, 3, 7, 6), (3, 4, 3, 3), True, {"stride": (3, 2), "padding": 1, "output_padding": 1}),
+    ((2, 4, 3, 3), (4, 3, 2, 2), False, {"stride": 2}),
+    ((1, 4, 5, 4), (4, 1, 3, 2), True,
+     {"stride": (2, 1), "padding": (1, 0), "output_padding": (1, 0), "groups": 2, "dilation": (1, 2)}),
+    ((3, 4, 4), (3, 2, 3, 3), True, {"stride": 2, "padding": 1, "output_padding": 1}),
+]
+for _dt in FLOATS:
+    for _xs, _ws, _bias, _attrs in CONV_TRANSPOSE:
+        _cout = _ws[1] * _attrs.get("groups", 1)
+        _inputs = [randn(_xs, _dt), randn(_ws, _dt)] + ([randn((_cout,), _dt)] if _bias else [])
+        case("conv_transpose2d", _inputs, lambda *xs, a=_attrs: ref_conv_transpose2d(*xs, **a), **_attrs)
+
 POOL = [  # x shape, attrs shared by max and avg pooling
     ((2, 3, 7, 8), {"kernel_size": 2}),
     ((2, 3, 7, 8), {"kernel_size": 3, "stride": 2, "padding": 1}),
