@@ -177,6 +177,7 @@ class Version:
     def __init__(self, key: tuple, module: Module, inputs: list[Input], returns: Any,
                  options: JitOptions) -> None:
         self.key = key
+        self.returns = returns  # the Python structure of its results (kept for pickling)
         self.module = module
         self.name = module.functions[0].name
         self.inputs = inputs
@@ -220,28 +221,10 @@ class JitFunction:
         self.py_func = fn
         self.options = options
         self.parsed = ParsedFunction.parse(fn)
-        self._lock = threading.RLock()
         self._versions: dict[tuple, Version] = {}
         self._latest: Version | None = None
+        pinned = self._set_signature(fn.__name__, self.parsed.signature, self.parsed.annotations)
         params = list(self.parsed.signature.parameters.values())
-        self._names = [p.name for p in params]
-        self._nargs = len(params)
-        self._extractors: list[Extractor] = []
-        self._converters: dict[str, Converter] = {}
-        fast_paths, pinned = [], []
-        for p in params:
-            annotation = self.parsed.annotations.get(p.name)
-            if annotation is not None:
-                extract, convert = _tensor_extractor(fn.__name__, p.name, annotation)
-                self._converters[p.name] = convert
-                fast_paths.append("pinned" if annotation.dtype else "tensor")
-                pinned.append(np.dtype(annotation.dtype) if annotation.dtype else None)
-            else:
-                extract = _free_extractor(fn.__name__, p.name)
-                fast_paths.append("free")
-                pinned.append(None)
-            self._extractors.append(extract)
-        self._key = _key_function(fast_paths, self._extractors, pinned)
         self._deferred: MsvmError | None = None
         default = self._default_key(params)
         if default is not None:
@@ -250,6 +233,33 @@ class JitFunction:
             except MsvmError as exc:
                 self._deferred = exc
                 self._compile_other_guess(params, pinned, default)
+
+    def _set_signature(self, fname: str, signature: inspect.Signature,
+                       annotations: dict[str, TensorAnnotation]) -> list[np.dtype | None]:
+        """The call-key machinery of ``signature`` (also a shipped function's, rebuilt without Python
+        source); returns each parameter's pinned dtype."""
+        self._lock = threading.RLock()
+        self._signature = signature
+        params = list(signature.parameters.values())
+        self._names = [p.name for p in params]
+        self._nargs = len(params)
+        self._extractors: list[Extractor] = []
+        self._converters: dict[str, Converter] = {}
+        fast_paths, pinned = [], []
+        for p in params:
+            annotation = annotations.get(p.name)
+            if annotation is not None:
+                extract, convert = _tensor_extractor(fname, p.name, annotation)
+                self._converters[p.name] = convert
+                fast_paths.append("pinned" if annotation.dtype else "tensor")
+                pinned.append(np.dtype(annotation.dtype) if annotation.dtype else None)
+            else:
+                extract = _free_extractor(fname, p.name)
+                fast_paths.append("free")
+                pinned.append(None)
+            self._extractors.append(extract)
+        self._key = _key_function(fast_paths, self._extractors, pinned)
+        return pinned
 
     def _compile_other_guess(self, params: list[inspect.Parameter], pinned: list[np.dtype | None],
                              default: tuple) -> None:
@@ -297,7 +307,7 @@ class JitFunction:
 
     def _bind(self, args: tuple, kwargs: dict[str, Any]) -> tuple:
         try:
-            bound = self.parsed.signature.bind(*args, **kwargs)
+            bound = self._signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.__name__}(): {exc}") from None
         bound.apply_defaults()
@@ -415,6 +425,13 @@ class JitFunction:
 
     def __repr__(self) -> str:
         return f"<ms.jit function {self.__qualname__} ({len(self._versions)} version(s))>"
+
+    def __reduce__(self) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
+        """Pickled as its versions' MS-BC, its JIT options and its signature as plain data, never as
+        Python code (``persist.ship``): the unpickled function serves the signatures compiled here."""
+        from .persist import receive, ship
+
+        return receive, (ship(self),)
 
 
 def jit(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:

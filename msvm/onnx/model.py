@@ -121,6 +121,12 @@ class OnnxModel:
             raise ValueError(f"unknown output name(s) {unknown}; outputs: {self.output_names}")
         return [outs[index[n]] for n in output_names]
 
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        """Pickled as its MS-BC module and plain data (``frontend.persist.ship``), never Python code."""
+        from ..frontend.persist import receive, ship
+
+        return receive, (ship(self),)
+
     def __repr__(self) -> str:
         return (
             f"<ms.onnx model {self.function.__name__}: inputs {self.input_names}, outputs "
