@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-SUITES = ("interpreter", "ops_variants", "network", "codegen", "workloads", "delivery", "fuzz", "onnx")
+SUITES = ("interpreter", "ops_variants", "network", "codegen", "workloads", "delivery", "fuzz", "onnx",
+          "attention")
 
 
 def main(argv: list[str]) -> int:
