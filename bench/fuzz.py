@@ -987,9 +987,10 @@ TARGETS: dict[str, type[Target]] = {"binary": BinaryTarget, "text": TextTarget, 
 
 
 # -- the worker process -------------------------------------------------------------------------------------
-def _vm_bytes() -> int:
+def _status_bytes(field: str) -> int:
+    """A ``/proc/self/status`` size (``VmSize``, ``VmHWM``) in bytes; 0 where there is none."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmSize:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) << 10
     return 0
 
@@ -1003,7 +1004,7 @@ def worker_main(kind: str, seed: int, rss_bound: int, plant: dict[int, str], jit
     if kind in ("binary", "text"):
         ms.set_context(jit_enabled=False)
         # a stop for allocations far past the bound (a 70 GiB zeros would be lazy, its fill is not)
-        limit = _vm_bytes() + ADDRESS_HEADROOM
+        limit = _status_bytes("VmSize") + ADDRESS_HEADROOM
         hard = resource.getrlimit(resource.RLIMIT_AS)[1]
         soft = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
@@ -1023,7 +1024,9 @@ def worker_main(kind: str, seed: int, rss_bound: int, plant: dict[int, str], jit
 
         def emit(case: int, outcome: str, detail: str) -> None:
             nonlocal over
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+            # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so a worker started
+            # by a big parent (a whole test session) would read the parent's peak as its own
+            peak = _status_bytes("VmHWM")
             if peak > rss_bound and not over:  # the peak only grows: this worker ends after the unit
                 over = True
                 why = f"peak RSS {peak >> 20} MiB over {rss_bound >> 20} MiB"

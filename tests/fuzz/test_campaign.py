@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from bench import fuzz
@@ -60,6 +61,14 @@ def test_planted_faults_are_classified_and_attributed_to_their_case(capsys) -> N
     printed = capsys.readouterr().out
     assert "repro: python -m bench fuzz --kinds binary --seed 0 --case 1" in printed
     assert "| binary | 10    |" in printed
+
+
+def test_a_worker_is_not_charged_its_parents_memory() -> None:
+    """A worker started by a process with a large peak (a whole test session) measures its own."""
+    ballast = np.ones(600 << 20, np.uint8)  # touched: the parent's peak RSS is over the bound below
+    reports = fuzz.run_campaign(["binary"], 4, seed=0, rss_mb=400, keep_all=True)
+    del ballast
+    assert {r.outcome for r in reports["binary"].results} <= {"success", "msvm error"}
 
 
 def test_a_planted_fault_in_a_well_typed_program_is_a_defect() -> None:
