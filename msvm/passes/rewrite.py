@@ -170,18 +170,19 @@ def _apply(graph: Graph, matches: dict[int, tuple[str, Match]], num_regs: int,
     fn, b, block = graph.fn, graph.block, graph.fn.blocks[graph.block]
     if not matches:
         return list(block.instructions), num_regs
-    removed = set().union(*(m.removed for _, m in matches.values()))
-    removed |= {i for i, ins in enumerate(block.instructions) if ins.name == "LOAD_CONST"
-                and graph.readers.get(ins["dst"]) and graph.only_read_by(ins["dst"], removed)}
-    dropped_regs = {r for i in removed for r in block.instructions[i].writes()}
-    out: list[Instruction] = []
-    late_frees: dict[int, list[Instruction]] = {}  # new-call position -> frees that must follow it
     anchors_reading: dict[int, int] = {}  # register -> index of the last anchor whose calls read it
     for anchor, (_, match) in matches.items():
         for call in match.calls:
             for s in call.srcs:
                 if isinstance(s, int):
                     anchors_reading[s] = max(anchors_reading.get(s, -1), anchor)
+    removed = set().union(*(m.removed for _, m in matches.values()))
+    removed |= {i for i, ins in enumerate(block.instructions) if ins.name == "LOAD_CONST"
+                and ins["dst"] not in anchors_reading and graph.readers.get(ins["dst"])
+                and graph.only_read_by(ins["dst"], removed)}
+    dropped_regs = {r for i in removed for r in block.instructions[i].writes()}
+    out: list[Instruction] = []
+    late_frees: dict[int, list[Instruction]] = {}  # new-call position -> frees that must follow it
     for index, ins in enumerate(block.instructions):
         if ins.name == "TENSOR_FREE":
             reg = ins["src"]

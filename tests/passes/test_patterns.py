@@ -212,6 +212,21 @@ def layer_norm_rsqrt(x: ms.Tensor["B", "N", 48]):
     return ms.ops.rsqrt(ms.ops.mean(d**2, -1, keepdims=True) + 1e-6) * d
 
 
+def constant_affine_norm():
+    w, b = rand(48), rand(48)
+
+    @ms.jit
+    def layer_norm_constant_affine(x: ms.Tensor["N", 48]):
+        d = x - ms.ops.mean(x, -1, keepdims=True)
+        return w * (d / ms.ops.sqrt(ms.ops.mean(d * d, -1, keepdims=True) + 1e-5)) + b
+
+    return layer_norm_constant_affine
+
+
+def test_a_constant_weight_and_bias_fold_into_layer_norm():
+    check(constant_affine_norm(), rand(7, 48), pattern="layer_norm", op="layer_norm")
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows", [1, 9, 300])
 def test_elementwise_spellings_agree_with_their_ops(dtype, rows):
