@@ -16,6 +16,7 @@ from .bytecode.text import assemble, disassemble
 from .context import get_context, set_context
 from .errors import (
     BytecodeFormatError,
+    CapabilityPatchError,
     CompileError,
     JitError,
     KernelError,
@@ -48,6 +49,7 @@ def load_ipython_extension(ipython) -> None:  # pragma: no cover - exercised by 
 
 __all__ = [
     "BytecodeFormatError",
+    "CapabilityPatchError",
     "CompileError",
     "JitError",
     "KernelError",

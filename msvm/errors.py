@@ -166,6 +166,17 @@ class JitError(MsvmError):
     default_code = "E-JIT"
 
 
+class CapabilityPatchError(MsvmError, ValueError):
+    """A capability patch (``ms.vm.load_capability_patch``) that does not fit the schema, or a patch file
+    that cannot be read or parsed; ``path`` is the JSON path of the offending key ("$" for the whole)."""
+
+    default_code = "E-CAPABILITY-PATCH"
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        super().__init__(f"capability patch: at {path}: {message}")
+
+
 class OnnxImportError(MsvmError):
     """An ONNX model msvm cannot import: an unsupported op or attribute (naming the node, its op type,
     opset and what is supported), or a file that is malformed, truncated, oversized or unsafe."""
@@ -175,6 +186,7 @@ class OnnxImportError(MsvmError):
 
 __all__ = [
     "BytecodeFormatError",
+    "CapabilityPatchError",
     "CompileError",
     "JitError",
     "KernelError",

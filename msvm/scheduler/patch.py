@@ -30,18 +30,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..errors import CapabilityPatchError
 from ..ops.registry import REGISTRY
 from .capability import DB, KINDS, REFERENCE, SCHEMA_VERSION, ForceRule, devices_with_variants, variant_names
 from .variants import VARIANTS
-
-
-class CapabilityPatchError(ValueError):
-    """A patch that does not fit the schema; ``path`` is the JSON path of the offending key."""
-
-    def __init__(self, path: str, message: str) -> None:
-        self.path = path
-        super().__init__(f"capability patch: at {path}: {message}")
-
 
 _TOP_KEYS = ("version", "devices")
 _DEVICE_KEYS = ("bandwidth_gbps", "gemm_half", "kinds", "variants", "ops")
