@@ -138,3 +138,11 @@ def test_ms_vm_entry_points(tmp_path):
     assert doc["devices"]["cpu"]["host"]["blas"]["choice"]["float32"]["reason"]
     assert all(ms.vm.__dict__[name].__doc__ for name in ("dump_capability_db", "load_capability_patch",
                                                          "memory_stats", "jit_info"))
+
+
+def test_a_bad_patch_is_an_msvm_error_with_its_code():
+    import msvm as ms
+
+    with pytest.raises(ms.MsvmError) as info:
+        ms.vm.load_capability_patch({"version": "x"})
+    assert info.value.code == "E-CAPABILITY-PATCH" and isinstance(info.value, ValueError)
