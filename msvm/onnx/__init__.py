@@ -12,7 +12,7 @@ from typing import Any
 from ..bytecode.module import Module
 from ..errors import OnnxImportError
 from ..options import parse_options
-from . import convert_nn, convert_resize, convert_tensor  # noqa: F401  (registers the converters)
+from . import convert_einsum, convert_nn, convert_resize, convert_tensor  # noqa: F401  (registers the converters)
 from .graph import CONVERTERS, Importer, node_error, opset_of, supported_hint, unsupported_reason
 from .model import OnnxFunction, OnnxModel
 from .proto import read_model

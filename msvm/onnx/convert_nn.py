@@ -1,4 +1,4 @@
-"""Importers of ONNX's neural-network ops: convolution, pooling, normalisation, GEMMs and softmax.
+"""Importers of ONNX's neural-network ops: (transposed) convolution, pooling, normalisation, GEMMs, softmax.
 
 Why 1-D ops become 2-D ones: the registry's convolution and pooling ops are NCHW; a 1-D one is the
 same computation over a height of 1, so an unsqueeze before and a squeeze after (both views) import it
@@ -76,16 +76,21 @@ def _split_pads(
     return ctx.call("pad", [x], {"pads": tuple(flat), "mode": "constant", "value": value}), (0, 0)
 
 
-@converter("Conv", attrs={**_WINDOW, "dilations": None, "group": None})
-def _conv(ctx: NodeCtx) -> Value:
-    n = ctx.rank(0) - 2
-    _as_2d(ctx, n)
-    wdims = ctx.dims(1)
-    kernel = list(ctx.attr("kernel_shape", wdims[2:]))
+def _kernel(ctx: NodeCtx) -> list[int]:
+    """The spatial kernel size of a (transposed) convolution: its attribute, or the weight's dims."""
+    kernel = list(ctx.attr("kernel_shape", ctx.dims(1)[2:]))
     if not all(isinstance(k, int) for k in kernel):
         raise ctx.error(
             "a kernel whose size is computed at run time is not supported", "constant kernel sizes"
         )
+    return kernel
+
+
+@converter("Conv", attrs={**_WINDOW, "dilations": None, "group": None})
+def _conv(ctx: NodeCtx) -> Value:
+    n = ctx.rank(0) - 2
+    _as_2d(ctx, n)
+    kernel = _kernel(ctx)
     strides = list(ctx.attr("strides", [1] * n))
     dilations = list(ctx.attr("dilations", [1] * n))
     pads = _window_pads(ctx, ctx.dims(0)[2:], kernel, strides, dilations)
@@ -103,6 +108,86 @@ def _conv(ctx: NodeCtx) -> Value:
             "groups": ctx.attr("group", 1),
         },
     )
+    return _lower(ctx, y, n)
+
+
+def _transpose_pads(
+    ctx: NodeCtx, spatial: list[Any], kernel: list[int], strides: list[int], dilations: list[int],
+    extra: list[int],
+) -> list[int]:
+    """ConvTranspose's crops (begins then ends): from ``output_shape`` or auto_pad SAME when given."""
+    n = len(kernel)
+    auto = ctx.attr("auto_pad", "NOTSET")
+    shape = ctx.attr("output_shape")
+    if shape is None and auto in ("SAME_UPPER", "SAME_LOWER"):
+        shape = [size * s if isinstance(size, int) else None for size, s in zip(spatial, strides)]
+    if shape is None:
+        return [0] * (2 * n) if auto == "VALID" else list(ctx.attr("pads", [0] * (2 * n)))
+    shape = list(shape)[-n:]
+    if not all(isinstance(size, int) for size in spatial) or None in shape:
+        raise ctx.error("output_shape or auto_pad SAME over a symbolic spatial size is not supported",
+                        "explicit pads, or static spatial sizes")
+    begins, ends = [], []
+    for size, k, s, d, e, out in zip(spatial, kernel, strides, dilations, extra, shape):
+        total = s * (size - 1) + e + (k - 1) * d + 1 - out
+        head = total // 2 if auto == "SAME_UPPER" else total - total // 2  # the spec's split of an odd total
+        begins.append(head)
+        ends.append(total - head)
+    return begins + ends
+
+
+@converter("ConvTranspose", attrs={**_WINDOW, "dilations": None, "group": None, "output_padding": None,
+                                   "output_shape": None})
+def _conv_transpose(ctx: NodeCtx) -> Value:
+    n = ctx.rank(0) - 2
+    _as_2d(ctx, n)
+    kernel = _kernel(ctx)
+    strides = list(ctx.attr("strides", [1] * n))
+    dilations = list(ctx.attr("dilations", [1] * n))
+    extra = list(ctx.attr("output_padding", [0] * n))
+    pads = _transpose_pads(ctx, ctx.dims(0)[2:], kernel, strides, dilations, extra)
+    if len(pads) != 2 * n or len(extra) != n:
+        raise ctx.error(f"pads {pads} / output_padding {extra} do not fit {n} spatial axes")
+    x, w = _lift(ctx, ctx.value(0), n), _lift(ctx, ctx.value(1), n)
+    attrs = {
+        "stride": _pair(strides, n, 1),
+        "dilation": _pair(dilations, n, 1),
+        "groups": ctx.attr("group", 1),
+    }
+    if any(e >= max(s, d) for e, s, d in zip(extra, strides, dilations)):  # onnxruntime and torch refuse it
+        raise ctx.error(f"output_padding {extra} with strides {strides} and dilations {dilations} is not "
+                        "supported", "output_padding below max(stride, dilation) on every axis")
+    if min(pads) < 0:
+        raise ctx.error(f"ConvTranspose pads {pads} (from output_shape or pads) are negative", "pads >= 0")
+    begins, ends = pads[:n], pads[n:]
+    if begins == ends:  # torch's form: the op crops both sides alike and extends at the end itself
+        inputs = [x, w] + ([ctx.value(2)] if ctx.has(2) else [])
+        attrs.update(padding=_pair(begins, n, 0), output_padding=_pair(extra, n, 0))
+        return _lower(ctx, ctx.call("conv_transpose2d", inputs, attrs), n)
+    # Otherwise (asymmetric pads) the uncropped result, extended at the end by what output_padding adds
+    # beyond the end's crop, cropped per side, and the bias after: rows no input pixel reaches hold it alone.
+    y = ctx.call("conv_transpose2d", [x, w], attrs)
+    grow: list[int] = []
+    for e, o in zip(reversed(ends), reversed(extra)):
+        grow += [0, max(o - e, 0)]
+    if any(grow):
+        y = ctx.call("pad", [y], {"pads": tuple(grow), "mode": "constant", "value": 0.0})
+    axes = [a for a in range(n) if begins[a] > 0 or ends[a] > extra[a]]
+    if axes:
+        dims = ctx.imp.dims(y)
+        stops = [ctx.imp.scalar_op("sub", dims[a + 4 - n], max(ends[a] - extra[a], 0)) for a in axes]
+        y = ctx.call(
+            "slice",
+            [y],
+            {
+                "axes": tuple(a + 4 - n for a in axes),
+                "starts": tuple(begins[a] for a in axes),
+                "stops": tuple(stops),
+                "steps": (1,) * len(axes),
+            },
+        )
+    if ctx.has(2):
+        y = ctx.call("add", [y, ctx.call("reshape", [ctx.value(2)], {"shape": (-1, 1, 1)})])
     return _lower(ctx, y, n)
 
 

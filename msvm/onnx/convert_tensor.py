@@ -549,7 +549,13 @@ def _pad(ctx: NodeCtx) -> Value:
 
 # -- reductions -----------------------------------------------------------------------------------
 
-_REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
+_REDUCE = {
+    "ReduceMean": "mean",
+    "ReduceSum": "sum",
+    "ReduceMax": "max",
+    "ReduceMin": "min",
+    "ReduceProd": "prod",
+}
 
 
 @converter(
@@ -567,7 +573,35 @@ def _reduce(ctx: NodeCtx) -> Value:
     if op in ("ReduceL2", "ReduceSumSquare"):
         s = ctx.call("sum", [ctx.call("mul", [x, x])], {"axis": axis, "keepdims": keep})
         return ctx.call("sqrt", [s]) if op == "ReduceL2" else s
-    return ctx.call(_REDUCE[op], [x], {"axis": axis, "keepdims": keep})
+    y = ctx.call(_REDUCE[op], [x], {"axis": axis, "keepdims": keep})
+    return _same_dtype(ctx, y) if op in ("ReduceSum", "ReduceProd") else y
+
+
+def _same_dtype(ctx: NodeCtx, y: Value) -> Value:
+    """``y`` cast back to the input's dtype: ONNX keeps an int32 sum or product int32, numpy widens it."""
+    return y if ctx.imp.dtype(y) == ctx.dtype(0) else ctx.call("cast", [y], {"dtype": ctx.dtype(0)})
+
+
+@converter("CumSum", attrs={"exclusive": (0, 1), "reverse": (0, 1)})
+def _cumsum(ctx: NodeCtx) -> Value:
+    axis = int(ctx.const(1, "axis"))
+    attrs = {
+        "axis": axis,
+        "exclusive": bool(ctx.attr("exclusive", 0)),
+        "reverse": bool(ctx.attr("reverse", 0)),
+    }
+    return _same_dtype(ctx, ctx.call("cumsum", [ctx.value(0)], attrs))
+
+
+@converter("Trilu", attrs={"upper": (0, 1)})
+def _trilu(ctx: NodeCtx) -> Value:
+    k = int(ctx.const(1, "k")) if ctx.has(1) else 0
+    return ctx.call("triu" if ctx.attr("upper", 1) else "tril", [ctx.value(0)], {"diagonal": k})
+
+
+@converter("GatherElements", attrs={"axis": None})
+def _gather_elements(ctx: NodeCtx) -> Value:
+    return ctx.call("gather", [ctx.value(0), ctx.value(1)], {"axis": ctx.attr("axis", 0)})
 
 
 @converter("ArgMax", attrs={"axis": None, "keepdims": None, "select_last_index": (0,)})

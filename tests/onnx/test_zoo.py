@@ -45,9 +45,6 @@ UNSUPPORTED = {
     "test_MaxPool3d",
     "test_MaxPool3d_stride",
     "test_MaxPool3d_stride_padding",  # 3-D windows
-    "test_ConvTranspose2d",
-    "test_ConvTranspose2d_no_bias",
-    "test_operator_convtranspose",  # no registry op yet
 }
 
 
