@@ -25,8 +25,8 @@ File:
 | flags | u16 | must be 0 |
 | sections | repeated | each ``u8 id``, ``u32 payload length``, payload |
 
-Sections, in this fixed order (each at most once; all but DEBUG required; nothing may follow the
-last section; every payload must be consumed exactly):
+Sections, in this fixed order (each at most once; all but DEBUG and NAMES required; nothing may
+follow the last section; every payload must be consumed exactly):
 
 | id | section | payload |
 | --- | --- | --- |
@@ -35,6 +35,7 @@ last section; every payload must be consumed exactly):
 | 3 | CONSTANTS | ``uvar count``, then that many constant records |
 | 4 | FUNCTIONS | ``uvar count``, then that many function records |
 | 5 | DEBUG | optional: ``uvar count``, then that many debug entries, strictly increasing by (function, pc) |
+| 6 | NAMES | optional: ``uvar count``, then that many register names, increasing by (function, register) |
 
 Constant record (data is C order, little-endian; decoded arrays are native-endian and read-only):
 
@@ -63,6 +64,17 @@ Debug entry (one per instruction that has a source location):
 | pc | ``uvar`` index of the instruction within its function, in layout order |
 | file | ``str`` |
 | line, col | ``uvar`` each (col is 0-based, like ``SourceLoc``); line ≤ 2**31-1, col < 2**31-1 |
+
+Register name (one per entry of a function's ``names`` table, the Python variable a register holds):
+
+| field | encoding |
+| --- | --- |
+| function | ``uvar`` index of the function in FUNCTIONS |
+| register | ``uvar``, < that function's ``num_regs`` |
+| name | ``str`` |
+
+Files without names (all files written before the section existed) load unchanged: the section is
+optional, so the format version stays 1.
 
 The string table holds every identifier, op name, symbol, device, attribute key, string
 attribute value, shape-spec text, function and parameter name and file name exactly once, in
@@ -120,13 +132,16 @@ SEC_MODULE = 2
 SEC_CONSTANTS = 3
 SEC_FUNCTIONS = 4
 SEC_DEBUG = 5
+SEC_NAMES = 6
 SECTION_NAMES: dict[int, str] = {
     SEC_STRINGS: "STRINGS",
     SEC_MODULE: "MODULE",
     SEC_CONSTANTS: "CONSTANTS",
     SEC_FUNCTIONS: "FUNCTIONS",
     SEC_DEBUG: "DEBUG",
+    SEC_NAMES: "NAMES",
 }
+LAST_SECTION = max(SECTION_NAMES)
 REQUIRED_SECTIONS = (SEC_STRINGS, SEC_MODULE, SEC_CONSTANTS, SEC_FUNCTIONS)
 
 TAG_NONE = 0
@@ -468,6 +483,28 @@ def _encode_debug(module: Module, strings: _Strings) -> bytes | None:
     return bytes(w.buf)
 
 
+def _encode_names(module: Module, strings: _Strings) -> bytes | None:
+    entries = []
+    for fi, fn in enumerate(module.functions):
+        if type(fn.names) is not dict:
+            raise _EncodeError(f"function {fn.name!r}: register names must be a dict, "
+                               f"got {type(fn.names).__name__}")
+        for reg in sorted(fn.names, key=lambda r: r if type(r) is int else -1):
+            if type(reg) is not int or not 0 <= reg < fn.num_regs:
+                raise _EncodeError(f"function {fn.name!r}: a name for register {reg!r}, which is not one of "
+                                   f"its {fn.num_regs} registers")
+            entries.append((fi, reg, fn.names[reg]))
+    if not entries:
+        return None
+    w = _Writer()
+    w.uvar(len(entries))
+    for fi, reg, name in entries:
+        w.uvar(fi)
+        w.uvar(reg)
+        strings.ref(w, name)
+    return bytes(w.buf)
+
+
 def _is_location(value: Any, bound: int) -> bool:
     return type(value) is int and 0 <= value <= bound
 
@@ -501,6 +538,8 @@ def encode_module(module: Module) -> bytes:
 
         current = "DEBUG"
         debug_payload = _encode_debug(module, strings)
+        current = "NAMES"
+        names_payload = _encode_names(module, strings)
     except _EncodeError as exc:
         raise BytecodeFormatError(f"cannot encode module: {exc}", section=current) from None
 
@@ -510,6 +549,8 @@ def encode_module(module: Module) -> bytes:
     sections.append((SEC_FUNCTIONS, functions_payload))
     if debug_payload is not None:
         sections.append((SEC_DEBUG, debug_payload))
+    if names_payload is not None:
+        sections.append((SEC_NAMES, names_payload))
 
     out = bytearray(MAGIC)
     out += struct.pack("<HH", FORMAT_VERSION, 0)
@@ -872,6 +913,22 @@ def _read_debug(r: _Reader, strings: list[str], functions: list[Function]) -> No
         code[pc].loc = SourceLoc(file, line, col)
 
 
+def _read_names(r: _Reader, strings: list[str], functions: list[Function]) -> None:
+    ctx = _DecodeCtx(strings, 0)
+    n = r.count("register name count", 3)
+    last: tuple[int, int] | None = None
+    for _ in range(n):
+        start = r.pos
+        fi = r.index(len(functions), "function index")
+        fn = functions[fi]
+        reg = r.index(fn.num_regs, f"register of a name in function {fn.name[:80]!r}")
+        if last is not None and (fi, reg) <= last:
+            r.fail(f"register name ({fi}, R{reg}) is not after the previous entry "
+                   f"({last[0]}, R{last[1]})", start)
+        last = (fi, reg)
+        fn.names[reg] = _dec_str(r, ctx, "variable name")
+
+
 def decode_module(data: bytes) -> Module:
     """Parse ``.msbc`` bytes; any malformed input raises BytecodeFormatError (never runs code)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -903,7 +960,7 @@ def decode_module(data: bytes) -> Module:
     while r.pos < len(data):
         r.section = SECTION_NAMES.get(last_id, "header")
         header_at = r.pos
-        if last_id == SEC_DEBUG:
+        if last_id == LAST_SECTION:
             r.fail(f"{len(data) - r.pos} trailing bytes after the last section")
         sid = r.u8("section id")
         sname = SECTION_NAMES.get(sid)
@@ -936,8 +993,10 @@ def decode_module(data: bytes) -> Module:
             constants = _read_constants(s)
         elif sid == SEC_FUNCTIONS:
             functions = _read_functions(s, strings, len(constants))
-        else:
+        elif sid == SEC_DEBUG:
             _read_debug(s, strings, functions)
+        else:
+            _read_names(s, strings, functions)
         if s.pos != end:
             s.fail(f"{end - s.pos} unused bytes at the end of the section payload")
         r.pos = end

@@ -106,14 +106,23 @@ class Block:
     instructions: list[Instruction] = field(default_factory=list)
 
 
+#: The instructions that bind a function's parameters, by their ``arg`` operand (-1: not an input).
+PARAM_BINDERS = ("TENSOR_CREATE", "SCALAR_ARG")
+
+
 @dataclass(eq=True)
 class Function:
-    """A function: its parameters are bound by TENSOR_CREATE/SCALAR_ARG ``arg`` operands."""
+    """A function: its parameters are bound by TENSOR_CREATE/SCALAR_ARG ``arg`` operands.
+
+    ``names`` maps a register to the Python variable the frontend assigned it to (``q = x @ w``), so
+    views can say ``R7  q``; it is debug information like source locations, and never changes meaning.
+    """
 
     name: str
     params: tuple[str, ...]
     num_regs: int
     blocks: list[Block] = field(default_factory=list)
+    names: dict[int, str] = field(default_factory=dict)
 
     def instructions(self) -> Iterator[tuple[int, int, Instruction]]:
         """(block index, index in block, instruction) in layout order."""
@@ -124,6 +133,20 @@ class Function:
     @property
     def size(self) -> int:
         return sum(len(b.instructions) for b in self.blocks)
+
+    def parameter_registers(self) -> dict[int, str]:
+        """Register -> the parameter it binds, for each TENSOR_CREATE/SCALAR_ARG whose input is in range."""
+        out: dict[int, str] = {}
+        for _, _, ins in self.instructions():
+            if ins.name in PARAM_BINDERS:
+                arg = ins["arg"]
+                if type(arg) is int and 0 <= arg < len(self.params):
+                    out[ins["dst"]] = self.params[arg]
+        return out
+
+    def variable_names(self) -> dict[int, str]:
+        """Register -> the Python variable it holds: its parameter, else the name the frontend recorded."""
+        return {**self.names, **self.parameter_registers()}
 
 
 @dataclass(eq=False)

@@ -40,6 +40,7 @@ MAX_REGS = 1 << 20  # same limit as the binary format
 MAX_RANK = 32  # constants
 MAX_ATTR_NESTING = 16  # tuples inside tuples in attribute values (binary format: 16)
 LITERAL_LIMIT = 16  # constants of 1 to this many elements are written as literals, others base64
+NAMES_PER_LINE = 12  # register names per 'names' line of a disassembly
 COMMENT_COLUMN = 64  # comments start here unless every instruction on the page is shorter
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -148,6 +149,28 @@ def format_instruction(ins: Instruction, source: str | None = None) -> str:
     return text
 
 
+def format_names(names: Mapping[int, str]) -> list[str]:
+    """A function's register-names table as ``  names R2=q, R7=h`` lines, by register."""
+    items = [f"R{reg}={_name(names[reg])}" for reg in sorted(names)]
+    step = NAMES_PER_LINE
+    return ["  names " + ", ".join(items[i : i + step]) for i in range(0, len(items), step)]
+
+
+def _typed(name: str, type_text: str) -> str:
+    """One defined register in a comment: ``q: float32[N, 4]``, ``q``, ``float32[N, 4]`` or ``?``."""
+    if name and type_text:
+        return f"{name}: {type_text}"
+    return name or type_text or "?"
+
+
+def _shown_name(name: str | None) -> str:
+    """A variable's name for a comment: one line, and short (a comment is no place for a hostile name)."""
+    if not name:
+        return ""
+    name = _one_line(name)
+    return name if len(name) <= 40 else name[:37] + "..."
+
+
 def default_source(module: Module) -> str | None:
     """The file most debug locations of ``module`` are in (the first seen among equals); None without any."""
     files = Counter(ins.loc.file for fn in module.functions for _, _, ins in fn.instructions() if ins.loc)
@@ -247,14 +270,17 @@ def disassemble(
     for fn in module.functions:
         out.append("")
         out.append(f"func @{_name(fn.name)}({', '.join(map(_name, fn.params))}) regs={fn.num_regs} {{")
+        out += format_names(fn.names)
+        variables = fn.variable_names()
         rows: list[tuple[str, str | None]] = []
         for bi, block in enumerate(fn.blocks):
             rows.append((f"bb{bi}:", None))
             for ins in block.instructions:
                 notes = [format_address(address)]
                 shown = [_one_line(str(types.get((fn.name, r)) or "")) for r in ins.writes()]
-                if any(shown):
-                    notes.append(", ".join(t or "?" for t in shown))
+                named = [_shown_name(variables.get(r)) for r in ins.writes()]
+                if any(shown) or any(named):
+                    notes.append(", ".join(_typed(n, t) for n, t in zip(named, shown)))
                 if source_lines and ins.loc is not None:
                     line = sources.line(ins.loc.file, ins.loc.line)
                     if line:
@@ -640,6 +666,7 @@ class _Parser:
         self.expect_end("'{'")
         self.fn_name, self.num_regs, self.block_refs = name, num_regs, []
         blocks: list[Block] = []
+        names: dict[int, str] = {}
         while True:
             if not self.next_line():
                 self.lineno = len(self.lines)
@@ -658,6 +685,10 @@ class _Parser:
                 self.pos += 2
                 self.expect_end(f"label {tok.text}:")
                 blocks.append(Block())
+            elif tok.kind == "name" and tok.text == "names":
+                if blocks:
+                    self.fail("'names' lines come before the first block label", tok)
+                self.names_line(names)
             elif tok.kind == "name" and tok.text in ("func", "const", "module"):
                 self.fail(f"expected '}}' to close function {name} before '{tok.text}'", tok)
             elif not blocks:
@@ -668,7 +699,23 @@ class _Parser:
             if block >= len(blocks):
                 self.lineno = line
                 self.fail(f"block bb{block} does not exist in function {name}", col=col)
-        return Function(name, tuple(params), num_regs, blocks)
+        return Function(name, tuple(params), num_regs, blocks, names)
+
+    def names_line(self, names: dict[int, str]) -> None:
+        """``names R2=q, R7=h``: which Python variable each register holds (before the first block)."""
+        self.take()  # 'names'
+        self.ctx = " in the register names (names R<n>=name, ...)"
+        while True:
+            tok = self.peek()
+            reg = self.reg()
+            if reg in names:
+                self.fail(f"{tok.text} is named twice (already {names[reg]!r})", tok)
+            self.expect("=")
+            names[reg] = self.name("a variable name")
+            if self.peek().kind == "end":
+                break
+            self.expect(",")
+        self.ctx = ""
 
     def constant(self, index: int) -> np.ndarray:
         self.take()  # 'const'

@@ -84,6 +84,7 @@ class Snapshot:
     captured: dict[int, tuple[Any, TensorVal]]
     state: State | None
     scalars: dict[tuple, ScalarVal]
+    names: dict[int, str]
 
 
 def python_sample(value: Any) -> Any:
@@ -124,7 +125,8 @@ class Emitter:
         fn = self.fb.function
         state = self.state
         return Snapshot(tuple(tuple(b.instructions) for b in fn.blocks), fn.num_regs, self.fb.current,
-                        self.entry_end, dict(self.captured), state, dict(state.scalars) if state else {})
+                        self.entry_end, dict(self.captured), state, dict(state.scalars) if state else {},
+                        dict(fn.names))
 
     def restore(self, snap: Snapshot) -> None:
         fn = self.fb.function
@@ -132,12 +134,21 @@ class Emitter:
         for block, instructions in zip(fn.blocks, snap.blocks):
             block.instructions[:] = instructions
         fn.num_regs = snap.num_regs
+        fn.names = dict(snap.names)
         self.fb.current = snap.current
         self.entry_end = snap.entry_end
         self.captured = dict(snap.captured)
         self.state = snap.state
         if snap.state is not None:
             snap.state.scalars = dict(snap.scalars)
+
+    def name_register(self, name: str, value: Any) -> None:
+        """Record that the Python variable ``name`` holds ``value``'s register, for views (``R7  q``).
+
+        The first name a register gets stays: after ``k = q`` the register is still ``q``'s.
+        """
+        if isinstance(value, (TensorVal, ScalarVal, BoolVal)):
+            self.fb.function.names.setdefault(value.reg, name)
 
     # -- constants ----------------------------------------------------------------------------------
     def const_array(self, value: Any) -> TensorVal:

@@ -87,6 +87,7 @@ class StatementCompiler(CallCompiler):
     def assign(self, target: ast.expr, value: Any) -> None:
         if isinstance(target, ast.Name):
             self.state.env[target.id] = value
+            self.name_variable(target.id, value)
             return
         if not isinstance(target, (ast.Tuple, ast.List)):
             raise self.error("E-COMPILE-UNSUPPORTED", target, "this assignment target is not supported",
@@ -107,6 +108,12 @@ class StatementCompiler(CallCompiler):
         self.assign(target.elts[k].value, list(items[k:len(items) - after]))
         for element, item in zip(target.elts[k + 1:], items[len(items) - after:]):
             self.assign(element, item)
+
+    def name_variable(self, name: str, value: Any) -> None:
+        """The register-names table keeps the jitted function's own variables (an inlined callee's
+        locals would read as the caller's, whose names they may share)."""
+        if not self.frame.inline:
+            self.name_register(name, value)
 
     def stmt_Assert(self, node: ast.Assert) -> None:
         value = self.expr(node.test)
@@ -143,6 +150,9 @@ class StatementCompiler(CallCompiler):
             if self.state is not None:
                 paths.append((self.block, self.state))
         self.join(paths, "the `if`", self.frame.fn.src.loc(node).line)
+        if self.state is not None:  # the phis that merge what the branches assigned hold those names
+            for name in sorted(assigned_names([*node.body, *node.orelse])):
+                self.name_variable(name, self.state.env.get(name))
 
     # -- return -----------------------------------------------------------------------------------
     def stmt_Return(self, node: ast.Return) -> None:
@@ -254,12 +264,15 @@ class StatementCompiler(CallCompiler):
         induction = ScalarVal(self.fb.scalar_phi([(pre_block, first.reg)]), UNKNOWN)
         phi_regs = iter(self.emit_phis(leaves, [[(pre_block, r)] for r in pre_regs]))
         header_env = {**env, **{n: self.build(specs[n], phi_regs) for n in carried}}
+        for n in carried:  # the header's phis hold the loop-carried variables
+            self.name_variable(n, header_env[n])
         cond = self.cmp("lt" if step > 0 else "gt", induction, bound)
         body, exit_block = self.new_block(), self.new_block()
         self.fb.br(cond.reg, body, exit_block)
         self.set_block(body)
         self.state = State(dict(header_env), dict(self.state.scalars))
         self.state.env[node.target.id] = induction
+        self.name_variable(node.target.id, induction)
         self.run_body(node.body)
         return LoopRound(header, exit_block, induction, header_env)
 

@@ -321,11 +321,7 @@ def region_io(region: Region, info: FunctionInfo, facts: DefUse) -> RegionIO:
 
 def param_names(io: RegionIO, info: FunctionInfo) -> list[str]:
     """Readable, unique parameter names: the original argument's name where there is one."""
-    fn = info.function
-    by_reg: dict[int, str] = {}
-    for _, _, ins in fn.instructions():
-        if ins.name in ("TENSOR_CREATE", "SCALAR_ARG") and ins["arg"] >= 0:
-            by_reg[ins["dst"]] = fn.params[ins["arg"]]
+    by_reg = info.function.parameter_registers()
     names = []
     for reg in (*io.tensor_inputs, *io.scalar_params):
         name = by_reg.get(reg, f"r{reg}")

@@ -109,8 +109,7 @@ class _Analyzer:
         self.scalar_roots: dict[int, str] = {}  # scalar register -> root cause of its unanchored value
         self.out: dict[int, TensorSCD] = {}
         self.loop_headers = {dst for _, dst in info.cfg.back_edges()}
-        self.params = {ins["dst"]: self.fn.params[ins["arg"]] for _, _, ins in self.fn.instructions()
-                       if ins.name == "TENSOR_CREATE" and ins["arg"] >= 0}
+        self.params = self.fn.parameter_registers()
 
     def run(self) -> dict[int, TensorSCD]:
         starts, address = [], self.info.base

@@ -23,6 +23,7 @@ CODES: dict[str, str] = {
     "NO-RETURN": "a function with no reachable RET",
     "DUPLICATE-FUNCTION": "two functions with the same name",
     "DUPLICATE-PARAM": "two parameters with the same name",
+    "VAR-NAME": "a register name for a register the function does not have, or not a Python identifier",
     "REG-RANGE": "a register index beyond the function's register count",
     "BLOCK-RANGE": "a block index beyond the function's blocks",
     "CONST-RANGE": "a constant index beyond the constant pool",

@@ -182,6 +182,7 @@ class FunctionChecker:
         dup = next((p for p, n in Counter(fn.params).items() if n > 1), None)
         if dup is not None:
             self.report("DUPLICATE-PARAM", f"parameter {dup!r} appears twice in {fn.name}")
+        self.check_names()
         for bi, block in enumerate(fn.blocks):
             if not block.instructions:
                 self.report(
@@ -210,6 +211,27 @@ class FunctionChecker:
                     ok = False
                 ok &= self.check_operands(ins)
         return ok
+
+    def check_names(self) -> None:
+        """The register-names table: each entry a register of the function and a Python identifier.
+
+        One diagnostic per function lists the bad entries: names never change meaning, so nothing
+        else is checked differently for them.
+        """
+        fn = self.fn
+        if isinstance(fn.names, dict):
+            bad = [f"{r!r}: {n!r}" for r, n in fn.names.items()
+                   if not (_is_int(r) and 0 <= r < fn.num_regs and isinstance(n, str) and n.isidentifier())]
+        else:
+            bad = [f"a {type(fn.names).__name__}, not a dict"]
+        if bad:
+            self.report(
+                "VAR-NAME",
+                f"function {fn.name} names registers it does not have, or by names that are not identifiers",
+                expected=f"R0..R{fn.num_regs - 1} named by Python identifiers",
+                found=listing(bad),
+                hint="the names table maps a register to the variable it holds, e.g. names R3=q",
+            )
 
     def check_operands(self, ins: Instruction) -> bool:
         ok = True

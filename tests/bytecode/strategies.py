@@ -148,7 +148,9 @@ def functions(draw: st.DrawFn, name: str, n_consts: int, with_locs: bool) -> Fun
         Block(draw(st.lists(instructions(num_regs, n_blocks, n_consts, with_locs), max_size=6)))
         for _ in range(n_blocks)
     ]
-    return Function(name, params, num_regs, blocks)
+    # the frontend's register names: Python identifiers, and names seen in other positions too
+    names = draw(st.dictionaries(st.integers(0, num_regs - 1), identifiers | attr_strings, max_size=3))
+    return Function(name, params, num_regs, blocks, names)
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:

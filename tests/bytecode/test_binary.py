@@ -115,6 +115,28 @@ def test_debug_section_only_when_locs() -> None:
     assert _section_ids(with_) == [1, 2, 3, 4, 5]
 
 
+def test_register_names_are_an_optional_last_section() -> None:
+    plain = every_opcode_module(True)
+    before = encode_module(plain)
+    named = every_opcode_module(True)
+    named.functions[0].names = {2: "q", 0: "x", 1: "h"}
+    data = encode_module(named)
+    assert _section_ids(data) == [1, 2, 3, 4, 5, 6]
+    back = roundtrip(named)
+    assert list(back.functions[0].names.items()) == [(0, "x"), (1, "h"), (2, "q")]  # by register
+    # a file without names (every file written before the section existed) reads as it always did
+    assert decode_module(before).functions[0].names == {} and decode_module(before) == plain
+
+
+@pytest.mark.parametrize("names", [{99: "q"}, {-1: "q"}, {"R1": "q"}, {1: 3}])
+def test_encoder_rejects_names_it_cannot_write(names: dict) -> None:
+    module = every_opcode_module(False)
+    module.functions[0].names = names
+    with pytest.raises(BytecodeFormatError) as info:
+        encode_module(module)
+    assert info.value.section == "NAMES"
+
+
 def _section_ids(data: bytes) -> list[int]:
     pos, ids = 8, []
     while pos < len(data):

@@ -78,6 +78,7 @@ def sample_module() -> Module:
     n = g.scalar_arg(0, "N")
     z = g.tensor_alloc((n, n), "int64")
     g.ret(z)
+    f.function.names.update({h: "h", out: "out", total: "total"})  # the frontend's register names
     mb.constant(np.array([[True, False]]))
     mb.constant(np.int32(7))
     return mb.build()
@@ -208,16 +209,20 @@ def test_sample_is_realistic() -> None:
 def test_truncation_at_every_offset() -> None:
     cases = ((f"truncate@{k}", SAMPLE[:k]) for k in range(len(SAMPLE)))
     outcomes = run_cases(cases, peak_every=37)
-    # cutting exactly before the optional DEBUG section leaves a valid module without locations
-    assert outcomes.pop("format") == len(SAMPLE) - 1
-    assert sum(outcomes.values()) == 1
-    stripped = decode_module(SAMPLE[: _debug_section_offset(SAMPLE)])
+    # cutting exactly before an optional section (DEBUG, then NAMES) leaves a valid module without it
+    assert outcomes.pop("format") == len(SAMPLE) - 2
+    assert sum(outcomes.values()) == 2
+    stripped = decode_module(SAMPLE[: _section_offset(SAMPLE, 5)])
     assert all(ins.loc is None for _, _, _, _, ins in stripped.addresses())
+    assert all(not fn.names for fn in stripped.functions)
+    unnamed = decode_module(SAMPLE[: _section_offset(SAMPLE, 6)])
+    assert not any(fn.names for fn in unnamed.functions)
+    assert any(ins.loc for _, _, _, _, ins in unnamed.addresses())
 
 
-def _debug_section_offset(data: bytes) -> int:
+def _section_offset(data: bytes, sid: int) -> int:
     pos = 8
-    while data[pos] != 5:
+    while data[pos] != sid:
         pos += 5 + struct.unpack_from("<I", data, pos + 1)[0]
     return pos
 
@@ -381,7 +386,7 @@ CRAFTED: list[tuple[str, bytes, str, str]] = [
     ("unknown-section-id", _file(_sec(9, b"")), "header", "unknown section id 9"),
     ("duplicate", _file(*_base()[:2], _base()[1]), "MODULE", "duplicate MODULE"),
     ("out-of-order", _file(*_base()[:3], _base()[1]), "MODULE", "out of order"),
-    ("trailing", _file(*_base(debug=b"\x00")) + b"\x00", "DEBUG", "trailing"),
+    ("stray-byte-after-debug", _file(*_base(debug=b"\x00")) + b"\x00", "DEBUG", "unknown section id 0"),
     ("stray-byte-after-functions", _file(*_base()) + b"\x04", "FUNCTIONS", "duplicate FUNCTIONS"),
     ("short-section-header", _file(*_base()) + b"\x05\x00", "DEBUG", "truncated section length"),
     ("payload-past-end", _file(*_base())[:-1], "FUNCTIONS", "runs past the end"),
@@ -482,6 +487,29 @@ CRAFTED: list[tuple[str, bytes, str, str]] = [
         "DEBUG",
         "not after the previous entry",
     ),
+    # NAMES: (function, register, name) entries; 'f' has 4 registers
+    (
+        "names-register",
+        _file(*_base(funcs=_fn(_ins(16, _uv(0)))), _sec(6, _uv(1) + _uv(0) + _uv(4) + _uv(0))),
+        "NAMES",
+        "register of a name in function 'f' 4 out of range",
+    ),
+    (
+        "names-function",
+        _file(*_base(funcs=_fn(_ins(16, _uv(0)))), _sec(6, _uv(1) + _uv(1) + _uv(0) + _uv(0))),
+        "NAMES",
+        "function index 1",
+    ),
+    (
+        "names-order",
+        _file(*_base(funcs=_fn(_ins(16, _uv(0)))), _sec(6, _uv(2) + (_uv(0) + _uv(1) + _uv(0)) * 2)),
+        "NAMES",
+        "not after the previous entry",
+    ),
+    ("names-string", _file(*_base(funcs=_fn(_ins(16, _uv(0)))), _sec(6, _uv(1) + _uv(0) + _uv(1) + _uv(99))),
+     "NAMES", "variable name 99 out of range"),
+    # NAMES is the last section: DEBUG after it is as trailing as any byte
+    ("debug-after-names", _file(*_base(), _sec(6, b"\x00"), _sec(5, b"\x00")), "NAMES", "trailing bytes"),
 ]
 
 

@@ -47,6 +47,7 @@ def golden_module() -> Module:
     f.jmp(other)
     f.set_block(other)
     f.ret(f.tensor_phi(((0, y), (1, s))))
+    f.function.names.update({y: "y", s: "y", 9: "out"})  # the frontend's register names
     return mb.build()
 
 
@@ -61,21 +62,22 @@ const k0 = float32[3] [0.5, -1.0, inf]
 const k1 = int32[20] base64"AAAAAAEAAAACAAAAAwAAAAQAAAAFAAAABgAAAAcAAAAIAAAACQAAAAoAAAALAAAADAAAAA0AAAAOAAAADwAAABAAAAARAAAAEgAAABMAAAA="
 
 func @scale(x, h) regs=10 {
+  names R6=y, R8=y, R9=out
 bb0:
-  R0 = TENSOR_CREATE 0, [N, 3, H, W], float32, cpu                ; msvm://bc/0x0000  float32[N, 3, H, W]
-  R1 = SCALAR_ARG 1, h                                            ; msvm://bc/0x0001
+  R0 = TENSOR_CREATE 0, [N, 3, H, W], float32, cpu                ; msvm://bc/0x0000  x: float32[N, 3, H, W]
+  R1 = SCALAR_ARG 1, h                                            ; msvm://bc/0x0001  h
   R2 = SHAPE_PROPAGATE R0, 2                                      ; msvm://bc/0x0002  i64 = H
   R3 = SCALAR_OP mul, R2, R1                                      ; msvm://bc/0x0003
   R4 = LOAD_CONST k0                                              ; msvm://bc/0x0004
   R5 = LOAD_CONST k1                                              ; msvm://bc/0x0005
-  R6 = OP_CALL relu, (R0), {}  @2:9                               ; msvm://bc/0x0006  | y = ms.relu(x)
+  R6 = OP_CALL relu, (R0), {}  @2:9                               ; msvm://bc/0x0006  y  | y = ms.relu(x)
   R7 = CMP lt, R2, R1  @3:5                                       ; msvm://bc/0x0007  bool  | if x.shape[2] < h:
   BR R7, bb1, bb2  @3:5                                           ; msvm://bc/0x0008  | if x.shape[2] < h:
 bb1:
-  R8 = OP_CALL slice, (R6), {axes=(2,), starts=(0,), stops=(R3,), scale=1.0, keep=true, mode="edge", pad=none}  ; msvm://bc/0x0009
+  R8 = OP_CALL slice, (R6), {axes=(2,), starts=(0,), stops=(R3,), scale=1.0, keep=true, mode="edge", pad=none}  ; msvm://bc/0x0009  y
   JMP bb2                                                         ; msvm://bc/0x000a
 bb2:
-  R9 = TENSOR_PHI [bb0: R6, bb1: R8]                              ; msvm://bc/0x000b
+  R9 = TENSOR_PHI [bb0: R6, bb1: R8]                              ; msvm://bc/0x000b  out
   RET (R9)                                                        ; msvm://bc/0x000c
 }
 """  # noqa: E501
@@ -423,6 +425,14 @@ ERRORS = [
     ('const k0 = int64[] 1\nsource "a.py"', 2, 0, "must come before 'const' and 'func' lines"),
     ("source a.py", 1, 7, "=expected the file name in double quotes after 'source', found 'a.py'"),
     ('source "a.py"\nmodule "m"', 2, 0, "must come first"),
+    # the register-names lines of a function
+    ("func @f() regs=2 {\n  names R2=q\n", 2, 8, "=R2 is out of range: function f declares regs=2"),
+    ("func @f() regs=2 {\n  names R1=q, R1=k\n", 2, 14, "=R1 is named twice (already 'q')"),
+    ("func @f() regs=2 {\n  names R1=q R0=k\n", 2, 13, "=expected ',' in the register names (names "
+     "R<n>=name, ...), found 'R0'"),
+    ("func @f() regs=2 {\n  names R1 q\n", 2, 11, "expected '=' in the register names"),
+    ("func @f() regs=2 {\n  names\n", 2, 7, "expected a register (R<n>) in the register names"),
+    ("func @f() regs=2 {\nbb0:\n  names R1=q\n", 3, 2, "='names' lines come before the first block label"),
 ]
 
 
@@ -438,6 +448,17 @@ def test_syntax_errors_have_exact_positions(text: str, line: int, column: int, m
         assert err.message == message[1:]
     else:
         assert message in err.message
+
+
+def test_register_names_round_trip_any_name() -> None:
+    """A names table prints one line per 12 registers and reads back, names that are no identifier too."""
+    module = golden_module()
+    fn = module.functions[0]
+    fn.names = {r: f"v{r}" for r in range(fn.num_regs)} | {3: "two words", 4: "é", 5: "R0", 7: "bb1"}
+    text = disassemble(module, {})
+    assert [line.count("=") for line in text.splitlines() if line.startswith("  names ")] == [10]
+    assert '  names R0=v0, R1=v1, R2=v2, R3="two words", R4="é", R5=R0' in text
+    assert assemble(text) == module and assemble(text).functions[0].names == fn.names
 
 
 def test_limits() -> None:

@@ -72,6 +72,7 @@ def load_text(text: str) -> None:
 HOSTILE_TEXT = ["\x00", '"\\u0000"', "max", "min", "ceildiv", "0", "1000000", "2147483647", "2147483648"]
 HOSTILE_TEXT += ["9223372036854775807", "9223372036854775808", '""', 'base64""', "[1000000, 1000000, 0]"]
 HOSTILE_TEXT += ["@", ":", ",", "(", ")", "[", "]", "{", "}", "\n", ";", "R0", "bb0", "k0", "nan", "-"]
+HOSTILE_TEXT += ["names", "\n  names R0=x\n", "=", "R1048576"]
 HOSTILE_BYTES = [0x00, 0x01, 0x7F, 0x80, 0xFF]
 
 
@@ -126,11 +127,13 @@ odd_names = st.one_of(
 
 @st.composite
 def oddly_named_modules(draw: st.DrawFn) -> Module:
-    """A random module whose function, parameter, symbol and file names are drawn from ``odd_names``."""
+    """A random module whose function, parameter, register, symbol and file names are drawn from
+    ``odd_names``."""
     module = draw(modules(with_locs=True))
     for fn in module.functions:
         fn.name = draw(odd_names)
         fn.params = tuple(draw(st.lists(odd_names, max_size=3)))
+        fn.names = draw(st.dictionaries(st.integers(0, fn.num_regs - 1), odd_names, max_size=3))
         for _, _, ins in fn.instructions():
             if ins.name == "SCALAR_ARG":
                 ins.args = (*ins.args[:2], draw(odd_names))

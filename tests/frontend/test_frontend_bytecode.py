@@ -235,3 +235,69 @@ def test_options_are_validated_and_frozen() -> None:
 def test_bad_options(options: dict, error: type) -> None:
     with pytest.raises(error):
         jit(**options)
+
+
+@jit
+def _scaled(h):
+    inner = h * 3.0
+    return inner
+
+
+@jit
+def named_variables(x: Tensor["N", 4], w: Tensor[4, 4]):
+    q = x @ w
+    k = q
+    h = ms.ops.relu(k)
+    for i in range(3):  # noqa: B007 - the induction variable is named too
+        h = h + 1.0
+    if x.shape[0] > 2:
+        z = _scaled(h)
+    else:
+        z = h
+    return z
+
+
+def _defined_by(module, opcode: str) -> list[int]:
+    return [ins.writes()[0] for _, _, _, _, ins in module.addresses() if ins.name == opcode]
+
+
+def test_registers_are_named_after_the_variables_they_hold() -> None:
+    """The register-names table: assignments, the loop's phis, the if's phi; the first name stays."""
+    module = named_variables.bytecode
+    fn = module.functions[0]
+    names = fn.variable_names()
+    matmul, relu = (op_call(module, "matmul").writes()[0], op_call(module, "relu").writes()[0])
+    assert names[0] == "x" and names[1] == "w"
+    assert names[matmul] == "q"  # `k = q` keeps the register q's
+    assert names[relu] == "h"
+    (induction,) = _defined_by(module, "SCALAR_PHI")
+    carried, joined = _defined_by(module, "TENSOR_PHI")
+    assert names[induction] == "i" and names[carried] == "h" and names[joined] == "z"
+    assert "inner" not in names.values()  # an inlined helper's locals are not the caller's variables
+    assert "k" not in names.values()
+    assert fn.parameter_registers() == {0: "x", 1: "w"}
+    text = module.__str__()
+    assert f"names R{matmul}=q" in text and "q: float32[N, 4]" in text
+    verify_module(module)
+
+
+def test_a_rolled_back_loop_round_forgets_its_names() -> None:
+    """A loop whose carried type widens compiles its body twice: names of the undone round go too."""
+
+    @jit
+    def grow(x: Tensor["N"], n):
+        acc = x[:1]
+        for i in range(n):  # noqa: B007
+            step = ms.ops.concat((acc, x[:1]), axis=0)
+            acc = step
+        return acc
+
+    grow(np.ones(3, np.float32), ms.mutable(2))
+    module = grow.bytecode
+    fn = module.functions[0]
+    concats = {ins.writes()[0] for _, _, _, _, ins in module.addresses() if ins.name == "OP_CALL"
+               and ins["op"] == "concat"}
+    assert {r for r, n in fn.names.items() if n == "step"} == concats  # not a register of the undone round
+    (carried,) = _defined_by(module, "TENSOR_PHI")
+    assert fn.names[carried] == "acc" and fn.names[_defined_by(module, "SCALAR_PHI")[0]] == "i"
+    verify_module(module)

@@ -263,6 +263,13 @@ def _const_of_wrong_type() -> Module:
     return mb.build()
 
 
+def _name_out_of_range() -> Module:
+    mb, f, x = _one_input()
+    f.ret(x)
+    f.function.names[9] = "q"  # the function has one register: the text's names line cannot say R9
+    return mb.build()
+
+
 BUILDER_CASES = [
     BuilderCase("source register out of range", "REG-RANGE", _src_out_of_range, 1),
     BuilderCase("attribute register out of range", "REG-RANGE", _attr_register_out_of_range, 1),
@@ -276,6 +283,7 @@ BUILDER_CASES = [
     BuilderCase("op name of the wrong type", "OPERAND", _op_name_of_wrong_type, 1),
     BuilderCase("block of the wrong type", "OPERAND", _block_of_wrong_type, 1),
     BuilderCase("constant of the wrong type", "OPERAND", _const_of_wrong_type, 2),
+    BuilderCase("register name out of range", "VAR-NAME", _name_out_of_range, None),
 ]
 
 

@@ -55,7 +55,8 @@ def test_register_view_shows_the_execution_registers() -> None:
     assert regs["R2"].shape == x[:, :, :6, :].shape
     assert regs["R7"].shape == ex.result.shape
     rows = {row[0]: row for row in view.rows()}
-    assert rows["R0"][1] == "x" and rows["R1"][1] == "h" and rows["R2"][1] == ""  # the parameters' names
+    assert rows["R0"][1] == "x" and rows["R1"][1] == "h"  # the parameters' names
+    assert rows["R2"][1] == "y" and rows["R7"][1] == ""  # `y = x[...]` is y; the returned value has no name
     assert rows["R0"][3] == "[3, 3, 16, 16]" and rows["R0"][4] == "float32[N, 3, H, W]"
     assert rows["R0"][8] == f"0x{x.__array_interface__['data'][0]:x}"
     assert rows["R2"][10] == "msvm://bc/0x0002" and rows["R2"][11] == "interp"

@@ -3,8 +3,8 @@
 Why a view of ``RegisterState`` and nothing else: the interpreter's stepping ``Execution`` already
 knows each register's concrete and symbolic shape, dtype, device, strides, data address, size and
 producer; this widget only lays them out (and updates while the Debugger steps). The ``variable``
-column names the Python parameter a register holds (``R0  x``), read from the TENSOR_CREATE and
-SCALAR_ARG that bind it; the frontend's source map has no names for the other registers yet.
+column names the Python variable a register holds (``R0  x``, ``R7  q``): the parameter a TENSOR_CREATE
+or SCALAR_ARG binds, else the name the frontend recorded in the function's register-names table.
 """
 
 from __future__ import annotations
@@ -25,10 +25,8 @@ HEADERS = ("reg", "variable", "kind", "shape / value", "symbolic", "dtype", "dev
 
 
 def register_names(execution: Execution) -> dict[int, str]:
-    """Register → the parameter it holds, for the registers bound by TENSOR_CREATE or SCALAR_ARG."""
-    fn = execution.exe.info.function
-    return {ins["dst"]: fn.params[ins["arg"]] for _, _, ins in fn.instructions()
-            if ins.name in ("TENSOR_CREATE", "SCALAR_ARG") and 0 <= ins["arg"] < len(fn.params)}
+    """Register → the Python variable it holds: the parameter it binds, else the frontend's name for it."""
+    return execution.exe.info.function.variable_names()
 
 
 def register_row(reg: RegisterState, names: Mapping[int, str] | None = None) -> list[str]:
