@@ -32,11 +32,11 @@ from .validate import validate
 
 
 def __getattr__(name: str):
-    """``ms.onnx``: the ONNX importer, imported on first use (``import msvm`` never loads onnx)."""
-    if name == "onnx":
+    """``ms.onnx``, ``ms.distributed``: imported on first use (``import msvm`` imports no onnx, no dask)."""
+    if name in ("onnx", "distributed"):
         import importlib
 
-        return importlib.import_module(".onnx", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'msvm' has no attribute {name!r}")
 
 

@@ -14,7 +14,7 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 
 echo "== installing msvm with its test dependencies"
-python3 -m pip install -q --disable-pip-version-check -e ".[dev,onnx]"
+python3 -m pip install -q --disable-pip-version-check -e ".[dev,onnx,dask]"
 # An editable install leaves the sources uncompiled, and where PYTHONDONTWRITEBYTECODE is set every process
 # (each compile worker, each notebook kernel) would compile them again at import: byte-compile once.
 python3 -m compileall -q msvm bench >/dev/null

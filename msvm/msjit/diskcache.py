@@ -189,7 +189,11 @@ def load(region: Any, cache_key: tuple, module: Module, bounds: dict[str, int] |
     where = folder()
     path = where / file_name(region, cache_key)
     if path.name not in _names(where):
-        return None
+        # Another process sharing the folder (a Dask worker) may have written it since it was listed: a
+        # compile about to start looks (one stat), so a key is compiled once for all of them.
+        if not path.is_file():
+            return None
+        _names(where).add(path.name)
     read = read or _read(path)
     if read is None or read[0].get("content") != _content(module, bounds) or "reply" not in read[0]:
         return None
