@@ -90,10 +90,13 @@ def test_cluster_statistics_list_both_workers(client):
 
 
 def _warm(fn, x):
+    """Run ``fn`` until its key is hot and compiled (or loaded); (status, source) per entry, then the
+    entries' reasons (for the failure message)."""
     for _ in range(4):
         fn(x)
     assert ms.vm.wait_for_compiles(60)
-    return [(e["status"], e["source"]) for e in ms.vm.jit_info() if e["function"] == fn.__name__]
+    entries = [e for e in ms.vm.jit_info() if e["function"] == fn.__name__]
+    return [(e["status"], e["source"]) for e in entries] + [e["reason"] for e in entries]
 
 
 def test_a_key_compiled_by_one_worker_is_loaded_from_disk_by_the_other(client):
@@ -110,7 +113,7 @@ def test_a_key_compiled_by_one_worker_is_loaded_from_disk_by_the_other(client):
     while ms.vm.disk_cache_info()["files"] <= before and time.monotonic() < deadline:
         time.sleep(0.02)
     loaded = client.submit(_warm, shared, x, workers=[second], pure=False).result()
-    assert ("compiled", "disk") in loaded and ("compiled", "compiled") not in loaded, loaded
+    assert ("compiled", "disk") in loaded and ("compiled", "compiled") not in loaded, (loaded, compiled)
 
 
 def test_a_worker_killed_mid_map_loses_nothing(client):
@@ -143,3 +146,15 @@ def test_import_msvm_leaves_dask_out_and_ms_distributed_brings_it():
     code = ("import sys, msvm as ms; assert 'dask' not in sys.modules and 'distributed' not in sys.modules; "
             "ms.distributed.map_batches; assert 'distributed' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_the_cluster_view_has_a_row_per_worker(client):
+    pytest.importorskip("ipywidgets")
+    from msvm_widgets import ClusterJITView
+
+    ms.distributed.map_batches(layer, _batches(6), client, progress=False)
+    view = ClusterJITView(client)
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    assert [row[0] for row in view.rows()] == workers
+    assert all(w in view.static_text() and w in view.static_html() for w in workers)
+    assert "disk loads" in view.static_text()

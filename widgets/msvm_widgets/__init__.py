@@ -14,6 +14,7 @@ from typing import Any
 
 _HOMES = {
     "CellProgress": "progress",
+    "ClusterJITView": "cluster",
     "Dashboard": "dashboard",
     "Debugger": "debugger",
     "JITCacheView": "jitcache",
