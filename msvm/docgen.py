@@ -249,6 +249,7 @@ OP_EXAMPLES: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         {"is_causal": True},
     ),
     "conv2d": (("float32[N, 3, H, W]", "float32[16, 3, 3, 3]"), {"padding": 1}),
+    "conv3d": (("float32[N, 3, D, H, W]", "float32[8, 3, 3, 3, 3]"), {"padding": 1}),
     "conv_transpose2d": (
         ("float32[N, 16, H, W]", "float32[16, 8, 3, 3]"), {"stride": 2, "padding": 1, "output_padding": 1}
     ),
@@ -260,6 +261,8 @@ OP_EXAMPLES: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "max_pool2d": (("float32[N, C, H, W]",), {"kernel_size": 2}),
     "avg_pool2d": (("float32[N, C, H, W]",), {"kernel_size": 3, "stride": 2, "padding": 1}),
     "adaptive_avg_pool2d": (("float32[N, C, H, W]",), {"output_size": 1}),
+    "max_pool3d": (("float32[N, C, D, H, W]",), {"kernel_size": 2}),
+    "avg_pool3d": (("float32[N, C, D, H, W]",), {"kernel_size": 3, "stride": 2, "padding": 1}),
     "resize_nearest": (("float32[N, C, H, W]",), {"size": (S("H*2"), S("W*2"))}),
     "resize_bilinear": (("float32[N, C, H, W]",), {"scale_factor": 2.0}),
     "roi_align": (("float32[N, 256, H, W]", "float32[K, 5]"), {"output_size": 7, "spatial_scale": 0.25}),

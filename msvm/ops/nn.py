@@ -6,8 +6,8 @@ single import line and the trait ``"nn"`` marks every op registered here.
 
 from __future__ import annotations
 
-from . import attention, conv, conv_transpose, lookup, norm, pooling, resize, roi
+from . import attention, conv, conv_transpose, lookup, norm, pooling, resize, roi, volume
 
-NN_MODULES = (attention, conv, conv_transpose, lookup, norm, pooling, resize, roi)
+NN_MODULES = (attention, conv, conv_transpose, lookup, norm, pooling, resize, roi, volume)
 
 __all__ = ["NN_MODULES"]

@@ -456,6 +456,87 @@ for _dt in FLOATS:
                         ((1, 6, 4), {"size": 4, "alpha": 0.5, "beta": 0.6, "k": 2.0})]:
         case("lrn", [randn(_xs, _dt)], lambda x, a=_attrs: ref_lrn(x, **a), **_attrs)
 
+def triple(v: Any) -> tuple[Any, Any, Any]:
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v, v)
+
+
+def ref_window3d(x: np.ndarray, kernel: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool,
+                 fill: float, reduce: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]) -> np.ndarray:
+    """``reduce(window, starts)`` at every 3-D output position of padded NCDHW ``x`` (float64 loops)."""
+    squeeze = x.ndim == 4
+    x64 = (x[None] if squeeze else x).astype(np.float64)
+    k, s = triple(kernel), triple(kernel if stride is None else stride)
+    p, d, sizes = triple(padding), triple(dilation), x64.shape[2:]
+    out = [out_len(size, *a, ceil_mode=ceil_mode) for size, *a in zip(sizes, k, s, p, d)]
+    xp = np.full((*x64.shape[:2], *(n + 2 * pi + ki * si for n, pi, ki, si in zip(sizes, p, k, s))), fill)
+    xp[(..., *(slice(pi, pi + n) for pi, n in zip(p, sizes)))] = x64
+    y = None
+    for pos in np.ndindex(*out):
+        starts = tuple(o * si for o, si in zip(pos, s))
+        win = xp[(..., *(slice(st, st + di * (ki - 1) + 1, di) for st, di, ki in zip(starts, d, k)))]
+        value = reduce(win, tuple(st - pi for st, pi in zip(starts, p)))
+        if y is None:
+            y = np.zeros((*value.shape, *out))
+        y[(..., *pos)] = value
+    return y[0] if squeeze else y
+
+
+def ref_conv3d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, stride: Any = 1, padding: Any = 0,
+               dilation: Any = 1, groups: int = 1) -> np.ndarray:
+    cg, og = w.shape[1], w.shape[0] // groups
+
+    def dot(win: np.ndarray, _: Any) -> np.ndarray:
+        parts = [np.einsum("ncdhw,ocdhw->no", win[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og])
+                 for g in range(groups)]
+        return np.concatenate(parts, axis=1)
+
+    y = ref_window3d(x, w.shape[2:], stride, padding, dilation, False, 0.0, dot)
+    return y if b is None else y + b.reshape(-1, 1, 1, 1)
+
+
+def ref_max_pool3d(x: np.ndarray, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+                   ceil_mode: bool = False) -> np.ndarray:
+    return ref_window3d(x, kernel_size, stride, padding, dilation, ceil_mode, -np.inf,
+                        lambda win, _: win.max(axis=(2, 3, 4)))
+
+
+def ref_avg_pool3d(x: np.ndarray, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                   ceil_mode: bool = False, count_include_pad: bool = True,
+                   divisor_override: int | None = None) -> np.ndarray:
+    k, p, sizes = triple(kernel_size), triple(padding), x.shape[-3:]
+
+    def mean(win: np.ndarray, starts: tuple[int, ...]) -> np.ndarray:
+        if divisor_override is not None:
+            return win.sum(axis=(2, 3, 4)) / divisor_override
+        count = 1
+        for st, ki, pi, size in zip(starts, k, p, sizes):
+            end = min(st + ki, size + pi)  # ceil_mode's overhang never counts
+            count *= (end - st) if count_include_pad else min(end, size) - max(st, 0)
+        return win.sum(axis=(2, 3, 4)) / count
+
+    return ref_window3d(x, kernel_size, stride, padding, 1, ceil_mode, 0.0, mean)
+
+
+for _dt in FLOATS:
+    for _xs, _ws, _bias, _attrs in [((2, 4, 4, 5, 4), (6, 2, 3, 3, 3), True, {"groups": 2}),
+                                    ((1, 3, 5, 5, 5), (4, 3, 2, 2, 2), False,
+                                     {"stride": 2, "padding": 1, "dilation": (1, 2, 1)}),
+                                    ((3, 4, 4, 4), (2, 3, 1, 3, 2), True, {"padding": (0, 1, 0)})]:
+        _inputs = [randn(_xs, _dt), randn(_ws, _dt)] + ([randn(_ws[:1], _dt)] if _bias else [])
+        case("conv3d", _inputs, lambda *xs, a=_attrs: ref_conv3d(*xs, **a), **_attrs)
+    for _xs, _attrs in [
+        ((2, 3, 5, 5, 5), {"kernel_size": 2, "stride": 2}),
+        ((1, 2, 5, 6, 7), {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}),
+        ((2, 4, 6, 5), {"kernel_size": (2, 3, 2), "stride": (1, 2, 2), "padding": (1, 1, 0)}),
+    ]:
+        case("max_pool3d", [randn(_xs, _dt)], lambda x, a=_attrs: ref_max_pool3d(x, **a), **_attrs)
+        case("max_pool3d", [randn(_xs, _dt)],
+             lambda x, a=_attrs: ref_max_pool3d(x, dilation=(2, 1, 1), **a), dilation=(2, 1, 1), **_attrs)
+        for _extra in ({}, {"count_include_pad": False}, {"divisor_override": 5}):
+            case("avg_pool3d", [randn(_xs, _dt)], lambda x, a={**_attrs, **_extra}: ref_avg_pool3d(x, **a),
+                 **_attrs, **_extra)
+
+
 RESIZE = [{"size": (10, 14)}, {"size": (3, 4)}, {"size": (5, 7)}, {"size": (7, 11)}, {"size": 4},
           {"scale_factor": 2.0}, {"scale_factor": 0.5}, {"scale_factor": 1.7}, {"scale_factor": (1.5, 0.75)},
           {"scale_factor": (1.1, 2.1)}, {"size": (1, 1)}]
