@@ -37,7 +37,7 @@ def load(source: Any, **jit_options: Any) -> OnnxModel:
 def check(source: Any) -> list[OnnxImportError]:
     """Every node whose op or attribute values are not supported (empty: the model imports).
 
-    Op types and attribute values are judged node by node; what only the import itself finds (a 3-D
+    Op types and attribute values are judged node by node; what only the import itself finds (a 4-D
     convolution, a shape computed from data) is reported as the first node the import refuses.
     """
     src = read_model(source)

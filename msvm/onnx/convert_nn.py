@@ -1,9 +1,9 @@
 """Importers of ONNX's neural-network ops: (transposed) convolution, pooling, normalisation, GEMMs, softmax.
 
-Why 1-D ops become 2-D ones: the registry's convolution and pooling ops are NCHW; a 1-D one is the
-same computation over a height of 1, so an unsqueeze before and a squeeze after (both views) import it
-exactly. Asymmetric ONNX pads become an explicit ``pad`` (``-inf`` for max pooling) before a window
-op with none, since the registry's windows pad both sides alike.
+Why 1-D ops become 2-D ones: the registry's convolution and pooling ops are NCHW (NCDHW for 3-D);
+a 1-D one is the same computation over a height of 1, so an unsqueeze before and a squeeze after (both
+views) import it exactly. Asymmetric ONNX pads become an explicit ``pad`` (``-inf`` for max pooling)
+before a window op with none, since the registry's windows pad both sides alike.
 """
 
 from __future__ import annotations
@@ -46,9 +46,15 @@ def _window_pads(
     return pads
 
 
-def _as_2d(ctx: NodeCtx, n: int) -> None:
-    if n not in (1, 2):
-        raise ctx.error(f"{n}-D {ctx.node.op_type} is not supported", "1-D and 2-D (NCL, NCHW)")
+def _spatial(ctx: NodeCtx, n: int, most: int = 3) -> None:
+    if not 1 <= n <= most:
+        shown = "1-D, 2-D and 3-D (NCL, NCHW, NCDHW)" if most == 3 else "1-D and 2-D (NCL, NCHW)"
+        raise ctx.error(f"{n}-D {ctx.node.op_type} is not supported", shown)
+
+
+def _op(name: str, n: int) -> str:
+    """The registry op of a window op over ``n`` spatial dims (1-D runs as 2-D): conv2d or conv3d, ..."""
+    return name.replace("2d", "3d") if n == 3 else name
 
 
 def _lift(ctx: NodeCtx, v: Value, n: int) -> Value:
@@ -59,13 +65,14 @@ def _lower(ctx: NodeCtx, v: Value, n: int) -> Value:
     return ctx.call("squeeze", [v], {"axis": 2}) if n == 1 else v
 
 
-def _pair(values: list[int], n: int, fill: int) -> tuple[int, int]:
-    return (fill, values[0]) if n == 1 else (values[0], values[1])
+def _pair(values: list[int], n: int, fill: int) -> tuple[int, ...]:
+    """Per-axis values for the registry op: a 1-D op's gain a leading height entry ``fill``."""
+    return (fill, values[0]) if n == 1 else tuple(values[:n])
 
 
 def _split_pads(
     ctx: NodeCtx, x: Value, pads: list[int], n: int, value: float
-) -> tuple[Value, tuple[int, int]]:
+) -> tuple[Value, tuple[int, ...]]:
     """(input, symmetric padding): an explicit pad op takes whatever the window op cannot."""
     begins, ends = pads[:n], pads[n:]
     if begins == ends:
@@ -73,7 +80,8 @@ def _split_pads(
     flat: list[int] = []
     for b, e in zip(reversed(begins), reversed(ends)):
         flat += [b, e]
-    return ctx.call("pad", [x], {"pads": tuple(flat), "mode": "constant", "value": value}), (0, 0)
+    padded = ctx.call("pad", [x], {"pads": tuple(flat), "mode": "constant", "value": value})
+    return padded, (0,) * max(n, 2)
 
 
 def _kernel(ctx: NodeCtx) -> list[int]:
@@ -89,7 +97,7 @@ def _kernel(ctx: NodeCtx) -> list[int]:
 @converter("Conv", attrs={**_WINDOW, "dilations": None, "group": None})
 def _conv(ctx: NodeCtx) -> Value:
     n = ctx.rank(0) - 2
-    _as_2d(ctx, n)
+    _spatial(ctx, n)
     kernel = _kernel(ctx)
     strides = list(ctx.attr("strides", [1] * n))
     dilations = list(ctx.attr("dilations", [1] * n))
@@ -99,7 +107,7 @@ def _conv(ctx: NodeCtx) -> Value:
     x, padding = _split_pads(ctx, x, pads, n, 0.0)
     inputs = [x, w] + ([ctx.value(2)] if ctx.has(2) else [])
     y = ctx.call(
-        "conv2d",
+        _op("conv2d", n),
         inputs,
         {
             "stride": _pair(strides, n, 1),
@@ -140,7 +148,7 @@ def _transpose_pads(
                                    "output_shape": None})
 def _conv_transpose(ctx: NodeCtx) -> Value:
     n = ctx.rank(0) - 2
-    _as_2d(ctx, n)
+    _spatial(ctx, n, most=2)
     kernel = _kernel(ctx)
     strides = list(ctx.attr("strides", [1] * n))
     dilations = list(ctx.attr("dilations", [1] * n))
@@ -198,7 +206,7 @@ def _conv_transpose(ctx: NodeCtx) -> Value:
 )
 def _pool(ctx: NodeCtx) -> Value:
     n = ctx.rank(0) - 2
-    _as_2d(ctx, n)
+    _spatial(ctx, n)
     kernel = list(ctx.attr("kernel_shape"))
     strides = list(ctx.attr("strides", [1] * n))
     dilations = list(ctx.attr("dilations", [1] * n))
@@ -215,11 +223,11 @@ def _pool(ctx: NodeCtx) -> Value:
         "ceil_mode": bool(ctx.attr("ceil_mode", 0)),
     }
     if is_max:
-        y = ctx.call("max_pool2d", [x], {**attrs, "dilation": _pair(dilations, n, 1)})
+        y = ctx.call(_op("max_pool2d", n), [x], {**attrs, "dilation": _pair(dilations, n, 1)})
     else:
         if any(d != 1 for d in dilations):
             raise ctx.error(f"dilations {dilations} of AveragePool are not supported", "dilation 1")
-        y = ctx.call("avg_pool2d", [x], {**attrs, "count_include_pad": include or asymmetric})
+        y = ctx.call(_op("avg_pool2d", n), [x], {**attrs, "count_include_pad": include or asymmetric})
         if asymmetric and not include:
             # The explicit pad's zeros were counted: divide by the share of each window that is input,
             # the same pooling over ones (a constant when the spatial dims are static).
@@ -234,7 +242,9 @@ def _pool(ctx: NodeCtx) -> Value:
                 },
             )
             share = ctx.call(
-                "avg_pool2d", [_split_pads(ctx, ones, pads, n, 0.0)[0]], {**attrs, "count_include_pad": True}
+                _op("avg_pool2d", n),
+                [_split_pads(ctx, ones, pads, n, 0.0)[0]],
+                {**attrs, "count_include_pad": True},
             )
             y = ctx.call("div", [y, share])
     if len(ctx.node.output) > 1 and ctx.node.output[1]:

@@ -1,4 +1,4 @@
-"""ConvTranspose, Trilu, CumSum, GatherElements, ReduceProd and Einsum against onnxruntime.
+"""ConvTranspose, 3-D Conv and pooling, Trilu, CumSum, GatherElements, ReduceProd, Einsum against onnxruntime.
 
 Each node is built with onnx.helper over inputs with a symbolic batch (so the import cannot fold the
 shapes away) and compared with onnxruntime on the same model, once with the batch at 1 and once at
@@ -66,6 +66,29 @@ def test_conv_transpose_matches_onnxruntime(wshape, bias, attrs):
         consts["b"] = _floats(wshape[1] * attrs.get("group", 1))
     model = _model("ConvTranspose", {"x": ("float32", ["N", 4, *spatial])}, consts, 17, **attrs)
     _check(model, lambda n: {"x": _floats(n, 4, *spatial)})
+
+
+VOLUME = [  # op, weight shape (Conv), attributes
+    ("Conv", (6, 4, 3, 3, 3), {}),
+    ("Conv", (6, 2, 2, 3, 2),
+     {"group": 2, "strides": [2, 1, 2], "pads": [1, 0, 1, 1, 0, 1], "dilations": [1, 2, 1]}),
+    ("Conv", (6, 4, 3, 3, 3), {"pads": [1, 1, 0, 0, 1, 1]}),  # asymmetric: an explicit pad
+    ("Conv", (6, 4, 3, 3, 3), {"auto_pad": "SAME_UPPER"}),
+    ("MaxPool", None, {"kernel_shape": [2, 2, 2], "strides": [2, 2, 2]}),
+    ("MaxPool", None,
+     {"kernel_shape": [3, 3, 2], "strides": [2, 2, 1], "pads": [1, 1, 0, 1, 1, 1], "ceil_mode": 1}),
+    ("MaxPool", None, {"kernel_shape": [2, 2, 2], "dilations": [2, 1, 1]}),
+    ("AveragePool", None, {"kernel_shape": [3, 3, 3], "strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1]}),
+    ("AveragePool", None, {"kernel_shape": [3, 2, 3], "pads": [1, 1, 1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", None, {"kernel_shape": [2, 3, 3], "pads": [0, 1, 1, 1, 0, 1]}),  # asymmetric
+]
+
+
+@pytest.mark.parametrize("op, wshape, attrs", VOLUME, ids=[f"{c[0]}{c[2]}" for c in VOLUME])
+def test_3d_conv_and_pooling_match_onnxruntime(op, wshape, attrs):
+    consts = {} if wshape is None else {"w": _floats(*wshape), "b": _floats(wshape[0])}
+    model = _model(op, {"x": ("float32", ["N", 4, 5, 6, 7])}, consts, 17, **attrs)
+    _check(model, lambda n: {"x": _floats(n, 4, 5, 6, 7)}, rtol=1e-4)
 
 
 @pytest.mark.parametrize("upper", [0, 1])
