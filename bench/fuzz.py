@@ -556,7 +556,10 @@ def expression(rng: random.Random, depth: int, safe: bool) -> str:
     template = rng.choice(templates)
     a = expression(rng, depth - 1, safe)
     broadcast = template in BINARY and rng.random() < 0.3  # where an [M], [N, 1] or scalar operand fits
-    b = rng.choice(BROADCAST) if broadcast else expression(rng, depth - 1, safe)
+    # a Python number only as an operator's operand: an op of one (ms.ops.abs(1.5)) is a float64 value,
+    # as numpy's is, whose dtype would then depend on the path a conditional takes (E-COMPILE-MERGE)
+    choices = BROADCAST if "({b})" not in template else tuple(o for o in BROADCAST if not o[0].isdigit())
+    b = rng.choice(choices) if broadcast else expression(rng, depth - 1, safe)
     return template.format(a=a, b=b)
 
 
