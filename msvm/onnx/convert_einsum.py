@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .convert_tensor import fold_equal
 from .graph import NodeCtx, Value, converter
 
 Label = str | tuple[str, int]  # a letter, or ("...", k): the k-th dim of an ellipsis counted from the right
@@ -84,10 +85,16 @@ def _permute(ctx: NodeCtx, v: Value, labels: list[Label], order: list[Label]) ->
 
 
 def _product(ctx: NodeCtx, dims: list[Any]) -> Any:
-    out: Any = 1
-    for d in dims:
+    out: Any = dims[0] if dims else 1
+    for d in dims[1:]:
         out = ctx.imp.scalar_op("mul", out, d)
     return out
+
+
+def _reshape(ctx: NodeCtx, v: Value, shape: list[Any]) -> Value:
+    """``v`` reshaped to ``shape``, or ``v`` itself when every group merged or split is a single dim."""
+    same = len(shape) == ctx.imp.rank(v) and all(fold_equal(a, b) for a, b in zip(shape, ctx.imp.dims(v)))
+    return v if same else ctx.call("reshape", [v], {"shape": tuple(shape)})
 
 
 @converter("Einsum", attrs={"equation": None})
@@ -113,11 +120,9 @@ def _einsum(ctx: NodeCtx) -> Value:
     m = _product(ctx, [size[lab] for lab in a_only])
     k = _product(ctx, [size[lab] for lab in contracted])
     n = _product(ctx, [size[lab] for lab in b_only])
-    a = ctx.call("reshape", [a], {"shape": (*a_batch, m, k)})
-    b = ctx.call("reshape", [b], {"shape": (*b_batch, k, n)})
-    y = ctx.call("matmul", [a, b])
+    y = ctx.call("matmul", [_reshape(ctx, a, [*a_batch, m, k]), _reshape(ctx, b, [*b_batch, k, n])])
     y_batch = ctx.imp.dims(y)[:len(batch)]  # broadcast batch sizes (a 1 on one side takes the other's)
-    y = ctx.call("reshape", [y], {"shape": (*y_batch, *(size[lab] for lab in a_only + b_only))})
+    y = _reshape(ctx, y, [*y_batch, *(size[lab] for lab in a_only + b_only)])
     return _permute(ctx, y, batch + a_only + b_only, out)
 
 

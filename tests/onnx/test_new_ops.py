@@ -184,3 +184,12 @@ def test_conv_transpose_with_a_symbolic_size_and_output_shape_is_refused_by_name
                    strides=[2, 2], output_shape=[10, 12])
     with pytest.raises(ms.OnnxImportError, match="output_shape or auto_pad SAME over a symbolic"):
         ms.onnx.load(model)
+
+
+def test_attention_einsum_is_one_matmul_of_views_with_no_reshape():
+    shapes = [["N", 2, "L", 4], ["N", 2, "L", 4]]
+    model = _model("Einsum", {"q": ("float32", shapes[0]), "k": ("float32", shapes[1])}, {}, 12,
+                   equation="bhid,bhjd->bhij")
+    text = str(ms.onnx.load(model).bytecode)
+    assert text.count("OP_CALL matmul") == 1 and text.count("OP_CALL transpose") == 1
+    assert "OP_CALL reshape" not in text and "float32[N, 2, L, L]" in text
