@@ -15,9 +15,9 @@ from ..ops.functions import get_function
 
 # the ops torch.nn.functional has, then its functions that are a few ops here
 _NAMES = (
-    "conv2d", "linear", "embedding", "scaled_dot_product_attention",
+    "conv2d", "conv_transpose2d", "conv3d", "linear", "embedding", "scaled_dot_product_attention",
     "batch_norm", "layer_norm", "group_norm",
-    "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+    "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "max_pool3d", "avg_pool3d",
     "relu", "sigmoid", "tanh", "silu", "gelu", "softmax", "log_softmax", "pad", "flatten",
     "relu6", "hardswish", "hardsigmoid", "mish", "leaky_relu", "elu", "softplus",
     "normalize", "dropout", "interpolate", "transpose",

@@ -32,6 +32,8 @@ def randn(*shape: int, dtype: str = "float32") -> np.ndarray:
 
 X = randn(2, 4, 6, 6)
 W, B = randn(6, 4, 3, 3), randn(6)
+WT, BT = randn(4, 3, 3, 3), randn(6)  # conv_transpose2d's [C_in, C_out/groups, KH, KW], 2 groups
+VOL, W3 = randn(2, 4, 5, 6, 6), randn(6, 2, 3, 2, 3)
 C, C2 = randn(4) + 2, randn(4)
 VAR = np.abs(randn(4)) + 0.5
 H, G, BE = randn(3, 5, 8), randn(8), randn(8)
@@ -53,6 +55,46 @@ def conv2d_pos(x, w, b):
 @ms.jit
 def conv2d_kw(x, w, b):
     return F.conv2d(input=x, weight=w, bias=b, stride=(1, 2), padding=1, groups=1)
+
+
+@ms.jit
+def conv_transpose2d_pos(x, w, b):
+    return F.conv_transpose2d(x, w, b, 2, 1, 1, 2, 1)
+
+
+@ms.jit
+def conv_transpose2d_kw(x, w, b):
+    return F.conv_transpose2d(input=x, weight=w, bias=b, stride=(2, 1), padding=(0, 1), groups=2, dilation=2)
+
+
+@ms.jit
+def conv3d_pos(x, w, b):
+    return F.conv3d(x, w, b, 2, 1, 1, 2)
+
+
+@ms.jit
+def conv3d_kw(x, w, b):
+    return F.conv3d(input=x, weight=w, bias=b, stride=(1, 2, 1), dilation=(2, 1, 1), groups=2)
+
+
+@ms.jit
+def max_pool3d_pos(x):
+    return F.max_pool3d(x, 3, 2, 1, 1, True, False)
+
+
+@ms.jit
+def max_pool3d_kw(x):
+    return F.max_pool3d(input=x, kernel_size=(3, 2, 2), stride=(2, 1, 2), padding=1, return_indices=False)
+
+
+@ms.jit
+def avg_pool3d_pos(x):
+    return F.avg_pool3d(x, 3, 2, 1, True, False, None)
+
+
+@ms.jit
+def avg_pool3d_kw(x):
+    return F.avg_pool3d(input=x, kernel_size=2, count_include_pad=True, divisor_override=3)
 
 
 @ms.jit
@@ -350,6 +392,19 @@ def transpose_kw(x):
 CASES: dict[str, tuple[tuple, Callable[..., Any], Callable[..., Any]]] = {
     "conv2d": ((X, W, B), lambda tf, x, w, b: tf.conv2d(x, w, b, 2, 1, 1, 1),
                lambda tf, x, w, b: tf.conv2d(input=x, weight=w, bias=b, stride=(1, 2), padding=1, groups=1)),
+    "conv_transpose2d": (
+        (X, WT, BT), lambda tf, x, w, b: tf.conv_transpose2d(x, w, b, 2, 1, 1, 2, 1),
+        lambda tf, x, w, b: tf.conv_transpose2d(input=x, weight=w, bias=b, stride=(2, 1), padding=(0, 1),
+                                                groups=2, dilation=2)),
+    "conv3d": ((VOL, W3, B), lambda tf, x, w, b: tf.conv3d(x, w, b, 2, 1, 1, 2),
+               lambda tf, x, w, b: tf.conv3d(input=x, weight=w, bias=b, stride=(1, 2, 1), dilation=(2, 1, 1),
+                                             groups=2)),
+    "max_pool3d": ((VOL,), lambda tf, x: tf.max_pool3d(x, 3, 2, 1, 1, True, False),
+                   lambda tf, x: tf.max_pool3d(input=x, kernel_size=(3, 2, 2), stride=(2, 1, 2), padding=1,
+                                               return_indices=False)),
+    "avg_pool3d": ((VOL,), lambda tf, x: tf.avg_pool3d(x, 3, 2, 1, True, False, None),
+                   lambda tf, x: tf.avg_pool3d(input=x, kernel_size=2, count_include_pad=True,
+                                               divisor_override=3)),
     "linear": ((H, LW, LB), lambda tf, x, w, b: tf.linear(x, w, b),
                lambda tf, x, w, b: tf.linear(input=x, weight=w, bias=b)),
     "embedding": ((IDS, TABLE), lambda tf, i, t: tf.embedding(i, t, None, None, 2.0, False, False),
@@ -440,7 +495,14 @@ def test_jitted_torch_style_call_equals_torch(name: str, style: str) -> None:
 # torch's C++ builtins have no Python signature: their documented one, checked against torch's docstring
 TORCH_BUILTINS = {
     "conv2d": "(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)",
+    "conv_transpose2d": "(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, "
+                        "dilation=1)",
+    "conv3d": "(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)",
     "linear": "(input, weight, bias=None)",
+    "avg_pool3d": "(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, "
+                  "divisor_override=None)",
+    "max_pool3d": "(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, "
+                  "return_indices=False)",
     "avg_pool2d": "(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True, "
                   "divisor_override=None)",
     "max_pool2d": "(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, "
