@@ -175,8 +175,8 @@ def map_batches(fn: Any, batches: Iterable[Any], client: distributed.Client | No
     prefer = _assign([shape_class(a) for a in calls], workers)
     run = uuid.uuid4().hex[:12]  # this map's tasks: a batch's key needs no digest of its data
     futures = [client.submit(_run_batch, shipped, args, key=f"msvm-batch-{run}-{i}",
-                             workers=None if w is None else [w], allow_other_workers=True, retries=retries,
-                             pure=False)
+                             workers=None if w is None else [w], allow_other_workers=w is not None,
+                             retries=retries, pure=False)
                for i, (args, w) in enumerate(zip(calls, prefer))]
     if progress:
         _show_progress(futures)
