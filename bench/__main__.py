@@ -10,7 +10,7 @@ import importlib
 import sys
 
 SUITES = ("interpreter", "ops_variants", "network", "codegen", "workloads", "delivery", "fuzz", "onnx",
-          "attention")
+          "attention", "distributed")
 
 
 def main(argv: list[str]) -> int:

@@ -72,3 +72,23 @@ def test_the_delivery_loop_child_reaches_native_code_in_a_fresh_process(tmp_path
     assert result["hits"] > 0 or result["latency_ns"] is not None, result  # the loop ran native code
     assert result["calls_before_native"] is not None and result["calls"] > result["calls_before_native"]
     assert result["cache"]["entries"] >= 1
+
+
+def test_the_distributed_child_maps_a_tiny_data_set_as_one_process_computes_it(tmp_path):
+    """``python -m bench distributed``'s child as the suite runs it (a fresh process, a JIT cache dir for
+    its cluster): a one-worker map of a tiny data set, twice, whose outputs match the loop run here, and
+    that worker's JIT reported."""
+    pytest.importorskip("distributed")
+    from bench.distributed import batch_sizes, checksum, data_set, run_child
+    from bench.models import cnn_params, make_cnn
+
+    assert batch_sizes(30, (4, 16)) == [4, 16, 4, 6]
+    result = run_child({"workers": 1, "images": 12, "side": 16}, str(tmp_path), timeout_s=120)
+    assert "error" not in result, result
+    cnn = make_cnn(cnn_params())
+    batches = data_set(12, 16)
+    assert result["batches"] == len(batches) == len(batch_sizes(12))
+    assert result["checksum"] == pytest.approx(checksum([cnn(b) for b in batches]), rel=1e-4)
+    (worker,) = result["workers"]
+    assert set(worker) == {"entries", "hits", "compiles", "disk_loads"}
+    assert all(result[k] > 0 for k in ("cluster_start_s", "cold_s", "warm_s", "in_worker_s", "again_s"))
