@@ -76,7 +76,7 @@ def test_the_delivery_loop_child_reaches_native_code_in_a_fresh_process(tmp_path
 
 def test_the_distributed_child_maps_a_tiny_data_set_as_one_process_computes_it(tmp_path):
     """``python -m bench distributed``'s child as the suite runs it (a fresh process, a JIT cache dir for
-    its cluster): a one-worker map of a tiny data set, twice, whose outputs match the loop run here, and
+    its cluster): one-worker maps of a tiny data set whose outputs match the loop run here, and
     that worker's JIT reported."""
     pytest.importorskip("distributed")
     from bench.distributed import batch_sizes, checksum, data_set, run_child
