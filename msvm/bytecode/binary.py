@@ -117,15 +117,21 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..errors import BytecodeFormatError, SourceLoc
-from .module import MAX_LOCATION, Block, Function, Instruction, Module, RegRef
+from .module import (
+    MAX_ATTR_DEPTH,
+    MAX_LOCATION,
+    MAX_RANK,
+    MAX_REGS,
+    Block,
+    Function,
+    Instruction,
+    Module,
+    RegRef,
+)
 from .opcodes import BY_NUMBER, DTYPES, Kind, OpcodeInfo
 
 MAGIC = b"MSBC"
 FORMAT_VERSION = 1
-
-MAX_REGS = 1 << 20
-MAX_RANK = 32
-MAX_ATTR_DEPTH = 16
 
 SEC_STRINGS = 1
 SEC_MODULE = 2

@@ -13,11 +13,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import SourceLoc, format_address
-from .opcodes import BY_NAME, Kind, OpcodeInfo
+from .opcodes import BY_NAME, PARAM_BINDERS, Kind, OpcodeInfo
 
 # Debug locations: the line and the 1-based column are at most this (Python's own limit on line
 # numbers), in the text and the binary format alike, so every location reads back from either.
 MAX_LOCATION = (1 << 31) - 1
+# Limits both formats and the verifier enforce, so that what one accepts the others accept and a
+# hostile file cannot make a loader allocate per register, per dimension or per nesting level.
+MAX_REGS = 1 << 20  # registers per function
+MAX_RANK = 32  # dimensions of a constant
+MAX_ATTR_DEPTH = 16  # tuples inside tuples in attribute values
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,11 @@ class Instruction:
     @property
     def name(self) -> str:
         return self.opcode.name
+
+    @property
+    def label(self) -> str:
+        """How errors and reports name the instruction: ``OP_CALL relu`` for an op call, else its opcode."""
+        return f"{self.name} {self['op']}" if self.name == "OP_CALL" else self.name
 
     def writes(self) -> list[int]:
         out: list[int] = []
@@ -104,10 +114,6 @@ def _same(a: Any, b: Any) -> bool:
 @dataclass(eq=True)
 class Block:
     instructions: list[Instruction] = field(default_factory=list)
-
-
-#: The instructions that bind a function's parameters, by their ``arg`` operand (-1: not an input).
-PARAM_BINDERS = ("TENSOR_CREATE", "SCALAR_ARG")
 
 
 @dataclass(eq=True)

@@ -2,13 +2,21 @@
 
 One row per opcode, Lua-style: number, name, operand kinds and a one-line register-transfer
 meaning. The encoder, decoder, assembler, disassembler, the verifier's operand checks and
-``docs/bytecode.md`` all walk these rows; nothing else lists opcodes.
+``docs/bytecode.md`` all walk these rows; nothing else lists opcodes. Properties that passes test by
+name (is a phi, ends a block, binds a parameter) are named sets beside the table, as CPython's
+``opcode.hasjrel`` is, and the operators of SCALAR_OP and CMP have one row each with every meaning
+the layers above need: integer (folding), ``Dim`` (shape inference) and Python source (the
+interpreter's lowering).
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+
+from ..shapes import Dim, ceildiv, dmax, dmin
 
 
 class Kind(Enum):
@@ -101,11 +109,75 @@ OPCODES: tuple[OpcodeInfo, ...] = (
 )
 # fmt: on
 
-TERMINATORS = frozenset({"BR", "JMP", "RET"})
 BY_NAME: dict[str, OpcodeInfo] = {info.name: info for info in OPCODES}
 BY_NUMBER: dict[int, OpcodeInfo] = {info.number: info for info in OPCODES}
 
-SCALAR_OPS: tuple[str, ...] = ("add", "sub", "mul", "floordiv", "ceildiv", "mod", "min", "max")
-PREDICATES: tuple[str, ...] = ("eq", "ne", "lt", "le", "gt", "ge")
+# Opcode properties, by name.
+TERMINATORS = frozenset({"BR", "JMP", "RET"})  # end a block; exactly one, last
+PHIS = frozenset(info.name for info in OPCODES if any(o.kind is Kind.PHI for o in info.operands))
+PARAM_BINDERS = ("TENSOR_CREATE", "SCALAR_ARG")  # bind parameter #arg (-1: not an input)
+CONSTANTS = frozenset({"LOAD_CONST", "SCALAR_CONST"})  # no register inputs: pure and cheap to recompute
+
+
+@dataclass(frozen=True)
+class ScalarOpInfo:
+    """One operator of SCALAR_OP: its meaning on Python ints, on symbolic ``Dim`` values and as Python
+    source over two register names. ``infix`` is the Python operator that spells it in ``@ms.jit``
+    source (``a // b``), if one does; ``divides`` marks the operators a zero ``b`` makes an error."""
+
+    name: str
+    ints: Callable[[int, int], int]
+    dims: Callable[[Dim, Dim], Dim]
+    source: str  # a format string over {a} and {b}
+    infix: str | None = None
+    divides: bool = False
+
+    def python(self, a: str, b: str) -> str:
+        """The Python expression computing this operator on the values named ``a`` and ``b``."""
+        return self.source.format(a=a, b=b)
+
+
+def _ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# fmt: off
+_SCALAR_OP_ROWS = (
+    ScalarOpInfo("add",      operator.add,      operator.add,      "{a} + {b}",  "+"),
+    ScalarOpInfo("sub",      operator.sub,      operator.sub,      "{a} - {b}",  "-"),
+    ScalarOpInfo("mul",      operator.mul,      operator.mul,      "{a} * {b}",  "*"),
+    ScalarOpInfo("floordiv", operator.floordiv, operator.floordiv, "{a} // {b}", "//", divides=True),
+    ScalarOpInfo("ceildiv",  _ceildiv,          ceildiv,           "-(-{a} // {b})", divides=True),
+    ScalarOpInfo("mod",      operator.mod,      operator.mod,      "{a} % {b}",  "%", divides=True),
+    # Spelled as a conditional, not min()/max(): generated code then looks up no builtin.
+    ScalarOpInfo("min",      min,               dmin,              "{a} if {a} < {b} else {b}"),
+    ScalarOpInfo("max",      max,               dmax,              "{a} if {a} > {b} else {b}"),
+)
+# fmt: on
+SCALAR_OP_INFO: dict[str, ScalarOpInfo] = {row.name: row for row in _SCALAR_OP_ROWS}
+SCALAR_OPS: tuple[str, ...] = tuple(SCALAR_OP_INFO)
+
+
+@dataclass(frozen=True)
+class PredicateInfo:
+    """One predicate of CMP: its meaning on Python ints and its Python comparison operator."""
+
+    name: str
+    ints: Callable[[int, int], bool]
+    infix: str
+
+
+PREDICATE_INFO: dict[str, PredicateInfo] = {
+    row.name: row
+    for row in (
+        PredicateInfo("eq", operator.eq, "=="),
+        PredicateInfo("ne", operator.ne, "!="),
+        PredicateInfo("lt", operator.lt, "<"),
+        PredicateInfo("le", operator.le, "<="),
+        PredicateInfo("gt", operator.gt, ">"),
+        PredicateInfo("ge", operator.ge, ">="),
+    )
+}
+PREDICATES: tuple[str, ...] = tuple(PREDICATE_INFO)
 DTYPES: tuple[str, ...] = ("float16", "float32", "float64", "int32", "int64", "bool")
 DEVICES: tuple[str, ...] = ("cpu",)

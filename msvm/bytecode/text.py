@@ -33,12 +33,19 @@ import numpy as np
 from ..errors import BytecodeFormatError, MsvmError, SourceLoc, format_address
 from ..shapes import ShapeSpec, ShapeSyntaxError, parse_shape
 from .builder import normalize_constant
-from .module import MAX_LOCATION, Block, Function, Instruction, Module, RegRef
+from .module import (
+    MAX_ATTR_DEPTH,
+    MAX_LOCATION,
+    MAX_RANK,
+    MAX_REGS,
+    Block,
+    Function,
+    Instruction,
+    Module,
+    RegRef,
+)
 from .opcodes import BY_NAME, DTYPES, Kind, OpcodeInfo
 
-MAX_REGS = 1 << 20  # same limit as the binary format
-MAX_RANK = 32  # constants
-MAX_ATTR_NESTING = 16  # tuples inside tuples in attribute values (binary format: 16)
 LITERAL_LIMIT = 16  # constants of 1 to this many elements are written as literals, others base64
 NAMES_PER_LINE = 12  # register names per 'names' line of a disassembly
 COMMENT_COLUMN = 64  # comments start here unless every instruction on the page is shorter
@@ -561,8 +568,8 @@ class _Parser:
             self.pos -= 1
             return RegRef(self.reg())
         if tok.kind == "punct" and tok.text == "(":
-            if depth >= MAX_ATTR_NESTING:
-                self.fail(f"attribute tuples nest deeper than {MAX_ATTR_NESTING} levels", tok)
+            if depth >= MAX_ATTR_DEPTH:
+                self.fail(f"attribute tuples nest deeper than {MAX_ATTR_DEPTH} levels", tok)
             items = []
             while not self.accept(")"):
                 items.append(self.attr_value(depth + 1))

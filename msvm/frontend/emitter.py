@@ -16,37 +16,10 @@ import numpy as np
 
 from ..bytecode.builder import ModuleBuilder
 from ..bytecode.module import Instruction, RegRef, make_instruction
+from ..bytecode.opcodes import PREDICATE_INFO, SCALAR_OP_INFO
 from ..ops.registry import REGISTRY, InferContext, OpDef, OpTypeError, TensorType
-from ..shapes import Dim, ShapeSpec, ceildiv, dmax, dmin
+from ..shapes import Dim, ShapeSpec
 from .values import BoolVal, ScalarVal, TensorVal, is_int
-
-_SCALAR_FOLD = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b,
-    "mod": lambda a, b: a % b,
-    "min": min,
-    "max": max,
-}
-_SCALAR_DIM = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b,
-    "ceildiv": ceildiv,
-    "mod": lambda a, b: a % b,
-    "min": dmin,
-    "max": dmax,
-}
-_CMP_FOLD = {
-    "eq": lambda a, b: a == b,
-    "ne": lambda a, b: a != b,
-    "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b,
-    "gt": lambda a, b: a > b,
-    "ge": lambda a, b: a >= b,
-}
 
 
 class EmitError(Exception):
@@ -194,17 +167,18 @@ class Emitter:
 
     def scalar_op(self, op: str, a: int | ScalarVal, b: int | ScalarVal) -> int | ScalarVal:
         """SCALAR_OP, folded when both sides are static ints."""
-        if op in ("floordiv", "mod", "ceildiv") and is_int(b) and b == 0:
+        info = SCALAR_OP_INFO[op]
+        if info.divides and is_int(b) and b == 0:
             raise EmitError("E-COMPILE-ZERO-DIVISION", f"integer {op} by zero", "divide by a non-zero value")
         if is_int(a) and is_int(b):
-            return _SCALAR_FOLD[op](int(a), int(b))
+            return info.ints(int(a), int(b))
         sa, sb = self.scalar(a), self.scalar(b)
         return self._cached((op, sa.reg, sb.reg), lambda: ScalarVal(self.fb.scalar_op(op, sa.reg, sb.reg),
-                                                                    _SCALAR_DIM[op](sa.dim, sb.dim)))
+                                                                    info.dims(sa.dim, sb.dim)))
 
     def cmp(self, pred: str, a: int | ScalarVal, b: int | ScalarVal) -> bool | BoolVal:
         if is_int(a) and is_int(b):
-            return _CMP_FOLD[pred](a, b)
+            return PREDICATE_INFO[pred].ints(a, b)
         if isinstance(a, ScalarVal) and isinstance(b, ScalarVal) and a.reg == b.reg:
             return pred in ("eq", "le", "ge")
         return BoolVal(self.fb.cmp(pred, self.scalar(a).reg, self.scalar(b).reg))

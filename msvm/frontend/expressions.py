@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..bytecode.module import Instruction
+from ..bytecode.opcodes import SCALAR_OP_INFO
 from ..errors import CompileError
 from ..ops.functions import FunctionDef
 from ..ops.registry import REGISTRY, OpDef, OpTypeError
@@ -41,7 +42,7 @@ _BINARY: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
     ast.RShift: (">>", operator.rshift),
 }
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
-_SCALAR_BINARY = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "mod"}
+_SCALAR_BINARY = {info.infix: name for name, info in SCALAR_OP_INFO.items() if info.infix}
 _TENSOR_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow", "@": "matmul"}
 _BOOL_BINARY = {"&": "mul", "|": "add", "^": "not_equal"}  # on bool tensors numpy's ufuncs are logical
 

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..bytecode.opcodes import PHIS
 from ..verifier import FunctionInfo
-from .lowering import PHIS, Step, reg
+from .lowering import Step, reg
 
 _serial = itertools.count()
 ENTRY_LINE = -1  # the address recorded for the prologue that checks the inputs

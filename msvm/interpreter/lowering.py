@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..bytecode.module import Instruction, Module, RegRef
-from ..bytecode.opcodes import Kind
+from ..bytecode.opcodes import PHIS, PREDICATE_INFO, SCALAR_OP_INFO, Kind
 from ..context import CONTEXT
 from ..ops.registry import REGISTRY, OpDef, TensorType
 from ..runtime.limits import check_size
@@ -23,19 +23,6 @@ from ..runtime.mempool import POOL
 from ..scheduler import Choice, Dispatcher, bind_site
 from ..scheduler.capability import REFERENCE_DEVICE, REFERENCE_KIND
 from ..verifier import FunctionInfo
-
-PHIS = ("TENSOR_PHI", "SCALAR_PHI")
-SCALAR_EXPR = {
-    "add": "{a} + {b}",
-    "sub": "{a} - {b}",
-    "mul": "{a} * {b}",
-    "floordiv": "{a} // {b}",
-    "ceildiv": "-(-{a} // {b})",
-    "mod": "{a} % {b}",
-    "min": "{a} if {a} < {b} else {b}",
-    "max": "{a} if {a} > {b} else {b}",
-}
-CMP_EXPR = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
 @dataclass
@@ -57,7 +44,7 @@ class Step:
 
     @property
     def opname(self) -> str:
-        return self.ins.name + (f" {self.ins['op']}" if self.ins.name == "OP_CALL" else "")
+        return self.ins.label
 
     @property
     def choice(self) -> Choice:
@@ -255,13 +242,13 @@ def _scalar_arg(step: Step, info: FunctionInfo, module: Module) -> None:
 
 def _scalar_op(step: Step, info: FunctionInfo, module: Module) -> None:
     ins = step.ins
-    expr = SCALAR_EXPR[ins["op"]].format(a=reg(ins["a"]), b=reg(ins["b"]))
+    expr = SCALAR_OP_INFO[ins["op"]].python(reg(ins["a"]), reg(ins["b"]))
     step.line = f"{reg(ins['dst'])} = {expr}"
 
 
 def _cmp(step: Step, info: FunctionInfo, module: Module) -> None:
     ins = step.ins
-    step.line = f"{reg(ins['dst'])} = {reg(ins['a'])} {CMP_EXPR[ins['pred']]} {reg(ins['b'])}"
+    step.line = f"{reg(ins['dst'])} = {reg(ins['a'])} {PREDICATE_INFO[ins['pred']].infix} {reg(ins['b'])}"
 
 
 def _op_call(step: Step, info: FunctionInfo, module: Module) -> None:

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..bytecode.module import Instruction
+from ..bytecode.opcodes import PHIS
 from ..context import CONTEXT
 from ..errors import MsvmError, format_address
 from .codegen import code_name
-from .lowering import PHIS, Step
+from .lowering import Step
 
 if TYPE_CHECKING:
     from .program import Executable

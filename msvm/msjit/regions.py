@@ -29,7 +29,7 @@ from typing import Any
 
 from ..bytecode.builder import ModuleBuilder
 from ..bytecode.module import Instruction, Module, RegRef, make_instruction
-from ..bytecode.opcodes import Kind
+from ..bytecode.opcodes import CONSTANTS, PHIS, TERMINATORS, Kind
 from ..errors import format_address
 from ..ops.registry import REGISTRY, OpDef, TensorType
 from ..options import JitOptions
@@ -37,8 +37,8 @@ from ..shapes import ShapeSpec
 from ..verifier import FunctionInfo
 from .scd import TensorSCD, analyze_tensors
 
-_SILENT = ("TENSOR_PHI", "SCALAR_PHI", "SCALAR_ARG", "BR", "JMP", "RET")
-_REMAT = ("LOAD_CONST", "SCALAR_CONST")  # cheap, pure: recomputed rather than passed around
+_SILENT = PHIS | TERMINATORS | {"SCALAR_ARG"}
+_REMAT = CONSTANTS  # cheap, pure: recomputed rather than passed around
 _DETACHABLE = ("SCALAR_CONST", "SCALAR_OP")  # left to the interpreter unless a tensor instruction needs them
 
 CanLower = Callable[[OpDef, dict, list], "str | None"]
@@ -201,7 +201,7 @@ def _boundary(ins: Instruction, address: int, info: FunctionInfo, can_lower: Can
     if name != "OP_CALL":
         return None
     op = ins["op"]
-    opcode = f"OP_CALL {op}"
+    opcode = ins.label
     if "data_dependent" in REGISTRY[op].traits:
         return Split(address, opcode, "data-dependent",
                      f"{op} has a data-dependent output size: the region ends here and the next one starts "

@@ -34,13 +34,12 @@ _MAX_DEGREE = 64
 _MAX_COEFF_BITS = 256
 _MAX_SIZE = 16384
 
-_FUNCS = frozenset({"ceildiv", "floordiv", "mod", "min", "max"})
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def is_symbol_name(name: object) -> bool:
     """Can ``name`` name a size: an identifier that is not one of the shape functions (``min``, ...)."""
-    return isinstance(name, str) and _NAME_RE.fullmatch(name) is not None and name not in _FUNCS
+    return isinstance(name, str) and _NAME_RE.fullmatch(name) is not None and name not in _FUNC_IMPLS
 
 
 class ShapeSyntaxError(ValueError):
@@ -608,7 +607,7 @@ _APPLY: dict[str, Callable[[Dim, Dim], Dim]] = {
     "%": _mod,
     "min": lambda a, b: _minmax("min", a, b),
     "max": lambda a, b: _minmax("max", a, b),
-}
+}  # how an opaque term is rebuilt from new arguments, by its op
 
 
 def ceildiv(a: Dim | int, b: Dim | int) -> Dim:
@@ -792,7 +791,7 @@ class _Parser:
             self.depth -= 1
             return d
         if kind == "name":
-            if text not in _FUNCS:
+            if text not in _FUNC_IMPLS:
                 return _make({(text,): 1})
             if self.peek() != "(":
                 raise self.error(f"expected '(' after {text}", self.tokens[self.i][2])
@@ -825,6 +824,7 @@ def _describe(kind: str, text: str) -> str:
 
 
 _BINARY: dict[str, Callable[[Dim, Dim], Dim]] = {"*": _mul, "//": _floordiv, "%": _mod}
+# The functions shape-spec text may call; their names are not symbol names.
 _FUNC_IMPLS: dict[str, Callable[[Dim, Dim], Dim]] = {
     "ceildiv": ceildiv,
     "floordiv": _floordiv,

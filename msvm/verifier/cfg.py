@@ -35,14 +35,16 @@ class CFG:
         span = self.tree_span.get(a)
         return span is not None and span[0] <= low and high <= span[1]
 
-    def reachable_from(self, starts: list[int]) -> set[int]:
+    def reachable_from(self, starts: list[int], barrier: int | None = None) -> set[int]:
+        """Blocks entered on paths from ``starts``; a ``barrier`` block is entered but never left."""
         seen: set[int] = set()
         stack = list(starts)
         while stack:
             b = stack.pop()
             if b not in seen:
                 seen.add(b)
-                stack.extend(self.succs[b])
+                if b != barrier:
+                    stack.extend(self.succs[b])
         return seen
 
     def back_edges(self) -> set[tuple[int, int]]:

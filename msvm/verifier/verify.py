@@ -10,24 +10,22 @@ defined on every path, every index is in range, every op call matches its op's s
 from __future__ import annotations
 
 import bisect
-import operator
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..bytecode.module import Function, Instruction, Module, RegRef, attr_registers
-from ..bytecode.opcodes import DEVICES, DTYPES, PREDICATES, SCALAR_OPS, Kind
+from ..bytecode.module import MAX_REGS, Function, Instruction, Module, RegRef, attr_registers
+from ..bytecode.opcodes import DEVICES, DTYPES, PHIS, PREDICATES, SCALAR_OP_INFO, SCALAR_OPS, Kind
 from ..errors import ShapeError, VerifyError
 from ..ops.registry import REGISTRY, Guard, InferContext, OpTypeError, TensorType
-from ..shapes import UNKNOWN, Dim, ShapeSpec, ceildiv, dmax, dmin, prove_equal
+from ..shapes import UNKNOWN, Dim, ShapeSpec, prove_equal
 from ..shapes.expr import is_symbol_name
 from .cfg import CFG, build_cfg
 from .diagnostics import CODES, Diagnostic, full_code, listing
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-MAX_REGS = 1 << 20  # the same cap the binary and text formats enforce
 
 
 @dataclass(frozen=True)
@@ -138,7 +136,7 @@ class FunctionChecker:
         opcode = None
         if ins is not None:
             self.reported.add(id(ins))
-            opcode = ins.name + (f" {ins.args[0]}" if ins.name == "OP_CALL" else "")
+            opcode = ins.label
             group = self.merged.get((code, id(ins)))
             if group is not None:  # one diagnostic per kind of problem per instruction, naming its cases
                 group.add(message, found)
@@ -391,7 +389,7 @@ class FunctionChecker:
                 continue  # reported as UNREACHABLE-BLOCK
             seen_other = False
             for ins in block.instructions:
-                if ins.name not in ("TENSOR_PHI", "SCALAR_PHI"):
+                if ins.name not in PHIS:
                     seen_other = True
                     continue
                 if seen_other:
@@ -439,7 +437,7 @@ class FunctionChecker:
         for bi, ii, ins in self.fn.instructions():
             if bi not in reachable:
                 continue
-            if ins.name in ("TENSOR_PHI", "SCALAR_PHI"):
+            if ins.name in PHIS:
                 if id(ins) in self.reported:
                     continue  # wrong incoming blocks (PHI-PREDECESSORS): their values mean nothing
                 for pred, reg in ins["incoming"]:
@@ -484,7 +482,7 @@ class FunctionChecker:
         deps: dict[int, list[int]] = {}
         at: dict[int, Instruction] = {}
         for _, _, ins in self.fn.instructions():
-            if ins.name in ("TENSOR_PHI", "SCALAR_PHI"):
+            if ins.name in PHIS:
                 continue
             for reg in ins.writes():
                 if reg not in self.bad_regs:
@@ -598,7 +596,7 @@ class FunctionChecker:
             (ins, bi)
             for bi in cfg.rpo
             for ins in self.fn.blocks[bi].instructions
-            if ins.name in ("TENSOR_PHI", "SCALAR_PHI")
+            if ins.name in PHIS
         ]
         self.quiet = bool(phis)
         for _ in range(12 if phis else 0):  # widen phis until their types are stable
@@ -652,7 +650,7 @@ class FunctionChecker:
             self.src(ins, ins["src"], TensorType, "freed register")
         elif name == "TENSOR_RESIZE":
             self.types[ins["dst"]] = self.type_resize(ins)
-        elif name in ("TENSOR_PHI", "SCALAR_PHI"):
+        elif name in PHIS:
             self.type_phi(ins)
         elif name == "LOAD_CONST":
             arr = self.module.constants[ins["const"]]
@@ -677,7 +675,7 @@ class FunctionChecker:
             a = self.src(ins, ins["a"], ScalarType, "operand a").value
             b = self.src(ins, ins["b"], ScalarType, "operand b").value
             op = ins["op"]
-            if op in ("floordiv", "ceildiv", "mod") and b.is_const and b.value == 0:
+            if SCALAR_OP_INFO[op].divides and b.is_const and b.value == 0:
                 self.fail("ZERO-DIVISOR", f"{op} by the constant 0", ins)
             self.types[ins["dst"]] = ScalarType(_scalar_op(op, a, b))
         elif name == "CMP":
@@ -820,7 +818,7 @@ class FunctionChecker:
     def check_frees(self, cfg: CFG) -> None:
         uses: dict[int, list[tuple[int, int | None, Instruction]]] = {}
         for bi, ii, ins in self.fn.instructions():
-            if ins.name in ("TENSOR_PHI", "SCALAR_PHI"):
+            if ins.name in PHIS:
                 for pred, reg in ins["incoming"]:
                     uses.setdefault(reg, []).append((pred, None, ins))
             else:
@@ -854,7 +852,7 @@ class FunctionChecker:
                 if not after and ub != db and ub in cfg.reachable and loops.may_reach(bi, ub, db):
                     if later is None:
                         # Passing the definition again (a loop) writes a fresh value: paths stop there.
-                        later = _reachable_without(cfg, cfg.succs[bi], db)
+                        later = cfg.reachable_from(cfg.succs[bi], barrier=db)
                     after = ub in later
                 if after:
                     after_free.setdefault((id(user), reg), (user, {}))[1][self.where[id(ins)]] = None
@@ -944,36 +942,11 @@ class _Retreats:
         return i < len(self.targets) and self.targets[i] <= high
 
 
-def _reachable_without(cfg: CFG, starts: list[int], barrier: int) -> set[int]:
-    """Blocks entered on paths from ``starts`` that do not go through ``barrier`` (entered, never left)."""
-    seen: set[int] = set()
-    stack = list(starts)
-    while stack:
-        b = stack.pop()
-        if b not in seen:
-            seen.add(b)
-            if b != barrier:
-                stack.extend(cfg.succs[b])
-    return seen
-
-
-_SCALAR_OPS: dict[str, Callable[[Dim, Dim], Dim]] = {
-    "add": operator.add,
-    "sub": operator.sub,
-    "mul": operator.mul,
-    "floordiv": operator.floordiv,
-    "ceildiv": ceildiv,
-    "mod": operator.mod,
-    "min": dmin,
-    "max": dmax,
-}
-
-
 def _scalar_op(op: str, a: Dim, b: Dim) -> Dim:
     """``a op b`` as a symbolic dim, or ``?`` where the expression outgrows the shape algebra's limits
     (huge constants, runaway products): its value is then known only at run time, like any ``?``."""
     try:
-        return _SCALAR_OPS[op](a, b)
+        return SCALAR_OP_INFO[op].dims(a, b)
     except ShapeError:
         return UNKNOWN
 
