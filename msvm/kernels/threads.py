@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
+from ..native.host import cores
 from ..native.irhelpers import I8, I32, I64, VOID, Slot, define, i64
 from .native import PTR, native_library
 
@@ -258,11 +259,12 @@ class JobPool:
 
 
 def default_threads() -> int:
-    """``MSVM_NUM_THREADS`` if set, else the CPUs this process may run on."""
+    """The threads msvm's parallel code runs on: ``MSVM_NUM_THREADS`` if set, else the CPUs this process
+    may run on. The job pool is this size and the JIT plans per-thread scratch and loop splits for it."""
     env = os.environ.get("MSVM_NUM_THREADS")
     if env:
         return max(1, int(env))
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores()["usable"]
 
 
 POOL = JobPool(default_threads())

@@ -10,7 +10,8 @@ warm-up, no LLVM, ``jit_info()``'s ``source`` says ``"disk"``.
 
 A file is named by what is known without building anything: a digest of the function, the region's
 digest (``cache.region_digest``), the cache mode, the msvm sources that generate or call the code
-(``code_version``) and the host (CPU model and flags, llvmlite), then one of the cache key. So a key's
+(``code_version``), the host (CPU model and flags, llvmlite) and the thread count the code was planned
+for (``kernels.threads.default_threads``), then one of the cache key. So a key's
 first call costs a set lookup when nothing is there, and a function being prepared finds its regions'
 files by the first part (``keys``) and loads them in the background before its first call (the file
 keeps the cache key and the run-time key for that). Inside, checked before
@@ -92,12 +93,14 @@ def host() -> str:
 def _prefix(region: Any) -> str:
     """What names every file of ``region`` (a ``runtime.RegionRuntime``): the part before the key's
     (made once per region: every new key of a region asks for it)."""
+    from ..kernels.threads import default_threads  # generated code's per-thread scratch is sized for it
+
     made = (code_version(), host())
     known = _prefixes.get(region)
     if known is None or known[0] != made:
         settings = region.settings
         key = [FORMAT, *made, region.exe_name, region.region.start, region.digest, settings.cache_mode,
-               settings.mem_optimize]
+               settings.mem_optimize, default_threads()]
         known = _prefixes[region] = (made, hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24])
     return known[1]
 

@@ -8,9 +8,9 @@ kernel signature (``emit.FnBuilder``).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
+from ...kernels.threads import default_threads
 from ...shapes import Dim
 from .buffers import Buffer
 from .nodes import Expr, loads, walk
@@ -18,11 +18,11 @@ from .nodes import Expr, loads, walk
 if TYPE_CHECKING:
     from .emit import FnBuilder, ModuleEmitter
 
-# Threads a large kernel's outer loop is split over (this machine: 2 cores; BLAS threads its own GEMMs).
-THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-# Elements below which a kernel runs on one thread. Handing a job to the pool's helper is cheap, but
-# lower is slower here: at 1 << 15 the W3 region ran 23 % slower (its small kernels follow GEMMs, whose
-# BLAS threads still spin on the cores after returning); W5's single large row kernel did not change.
+# Threads a large kernel's outer loop is split over: the job pool's (BLAS threads its own GEMMs).
+# Generated code bakes it in (per-thread scratch, loop chunks), so the disk cache keys on it.
+THREADS = default_threads()
+# Elements below which a kernel runs on one thread: lower is slower, since small kernels that follow
+# GEMMs would compete with BLAS threads still spinning on the cores (``python -m bench`` re-measures).
 PARALLEL_MIN = 1 << 18
 # Chunks of a split outer loop per thread: enough that a thread slowed by another process's load on
 # its core hands its share to the other, few enough that claiming one (an atomic add) costs nothing.
