@@ -7,13 +7,22 @@ here too.
 
 from __future__ import annotations
 
-from . import creation, datadep, elementwise, layout, linalg, localnorm, reduction, scan, select, special
+from . import (  # noqa: F401  (importing them registers the core ops)
+    creation,
+    datadep,
+    elementwise,
+    layout,
+    linalg,
+    localnorm,
+    reduction,
+    scan,
+    select,
+    special,
+)
 from .nn import NN_MODULES  # noqa: F401  (importing it registers the nn ops: conv2d, pooling, ...)
 from .registry import REGISTRY, Attr, InferContext, OpDef, OpTypeError, TensorType, get_op, register
 
 __all__ = ["REGISTRY", "Attr", "InferContext", "OpDef", "OpTypeError", "TensorType", "get_op", "register"]
-
-_MODULES = (creation, datadep, elementwise, layout, linalg, localnorm, reduction, scan, select, special)
 
 
 def __getattr__(name: str) -> OpDef:

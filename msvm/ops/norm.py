@@ -147,7 +147,7 @@ register(NnOpDef(
     attrs={"normalized_shape": Attr("dims", doc="the trailing dims to normalise over (an int for one dim)"),
            "eps": _EPS},
     infer=_layer_norm_infer, kernel=_layer_norm, traits=NN | {"reduction"}, optional_inputs=2,
-    spread={"normalized_shape": None}, extra={"row_kernel": True},
+    spread={"normalized_shape": None},
     doc="normalise over the trailing normalized_shape dims, then weight/bias of that shape "
         "(torch F.layer_norm)",
 ))
@@ -181,6 +181,5 @@ register(NnOpDef(
     params=("input", "num_groups", "weight", "bias", "eps"),
     attrs={"num_groups": Attr("int", doc="number of channel groups (must divide the channels)"), "eps": _EPS},
     infer=_group_norm_infer, kernel=_group_norm, traits=NN | {"reduction"}, optional_inputs=2,
-    extra={"row_kernel": True},
     doc="normalise each group of channels per sample, then per-channel weight/bias (torch F.group_norm)",
 ))

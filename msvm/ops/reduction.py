@@ -159,7 +159,6 @@ for _name, _kernel, _doc in (
                    infer=_normalize_infer(_name), kernel=_kernel, traits=REDUCTION, doc=_doc,
                    params=("input", "dim", "_stacklevel", "dtype"), aliases={"input": "x", "dim": "axis"},
                    call_only={"_stacklevel": ignored(3),
-                              "dtype": only(None, f"cast first: F.{_name}(x.astype('float64'), dim)")},
-                   extra={"row_kernel": True}))
+                              "dtype": only(None, f"cast first: F.{_name}(x.astype('float64'), dim)")}))
 
 __all__ = ["REDUCTION", "reduce_axes", "reduced_shape"]
