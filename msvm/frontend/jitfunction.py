@@ -171,12 +171,20 @@ def _key_function(fast_paths: list[str], extractors: list[Extractor],
 # -- versions --------------------------------------------------------------------------------------
 
 
+SHAPES_KEPT = 32  # distinct shape combinations a version records of its unannotated arrays
+
+
 class Version:
     """One compiled signature: its module, and the prepared program that runs it."""
 
     def __init__(self, key: tuple, module: Module, inputs: list[Input], returns: Any,
-                 options: JitOptions) -> None:
+                 options: JitOptions, watched: tuple[int, ...] = ()) -> None:
         self.key = key
+        # The shapes its unannotated arrays (argument indices ``watched``) came with, for the SCD
+        # analysis's "annotate w1 as ms.Tensor[8, 3, 3, 3]": the shapes that never changed are the
+        # literals. Recorded until SHAPES_KEPT combinations are known, then never again.
+        self.watched = watched
+        self.shapes: dict[tuple, None] = {}
         self.returns = returns  # the Python structure of its results (kept for pickling)
         self.module = module
         self.name = module.functions[0].name
@@ -192,11 +200,17 @@ class Version:
         """The bytecode arguments of a call (specialised values dropped, the rest converted)."""
         return [convert(args[i]) for i, convert, _ in self.inputs]
 
-    def _runner(self, n_args: int, returns: Any) -> Callable[[tuple], Any]:
+    def _seen(self, shapes: tuple) -> None:
+        self.shapes[shapes] = None
+        if len(self.shapes) >= SHAPES_KEPT:  # enough to tell the fixed dims: stop paying for it
+            self.run = self._runner(len(self.key), self.returns, watch=False)
+
+    def _runner(self, n_args: int, returns: Any, watch: bool = True) -> Callable[[tuple], Any]:
         """A generated ``run(args)``: ndarray arguments pass straight through to the executable's fast
-        path (the executable itself until that is generated)."""
+        path (the executable itself until that is generated); a new combination of the watched arrays'
+        shapes is recorded (one tuple and one dict lookup)."""
         namespace: dict[str, Any] = {"ndarray": np.ndarray, "exe": self.executable, "rebuild": rebuild,
-                                     "R": returns}
+                                     "R": returns, "S": self.shapes, "seen": self._seen}
         values = []
         for k, (index, convert, is_tensor) in enumerate(self.inputs):
             namespace[f"c{k}"] = convert
@@ -206,6 +220,9 @@ class Version:
         flat = returns in (VALUE, NOTHING) or (returns[0] is tuple and len(returns[1]) > 1
                                                and all(c == VALUE for c in returns[1]))
         unpack = f"    {''.join(f'a{i}, ' for i in range(n_args))}= args\n" if n_args else ""
+        if watch and self.watched:
+            shapes = "".join(f"(a{i}.shape if type(a{i}) is ndarray else None), " for i in self.watched)
+            unpack += f"    k = ({shapes})\n    if k not in S:\n        seen(k)\n"
         body = call if flat else f"rebuild(R, {call})"
         exec(compile(f"def run(args):\n{unpack}    return {body}\n", "<ms.jit call>", "exec"), namespace)
         return namespace["run"]
@@ -324,6 +341,14 @@ class JitFunction:
         version, args = self._version_for(args, kwargs)
         return version.program, version.name, version.arguments(args)
 
+    def shapes_seen(self, *args: Any, **kwargs: Any) -> dict[str, list[tuple[int, ...]]]:
+        """The shapes the unannotated array parameters of this call's version came with: per parameter
+        one shape per distinct combination recorded (aligned across parameters), this call's last."""
+        version, args = self._version_for(args, kwargs)
+        now = tuple(np.shape(args[i]) for i in version.watched)
+        combos = [c for c in version.shapes if None not in c and c != now] + [now]
+        return {self._names[i]: [c[k] for c in combos] for k, i in enumerate(version.watched)}
+
     def debug(self, *args: Any, **kwargs: Any) -> Any:
         """The interpreter's stepping Execution of this call (``step()``, ``run()``, ``registers``)."""
         version, args = self._version_for(args, kwargs)
@@ -396,7 +421,10 @@ class JitFunction:
                 compiler = FunctionCompiler(self, kinds)
                 module = compiler.compile()
                 returns = compiler.frame.returns_structure or NOTHING
-                version = Version(key, module, inputs, returns, self.options)
+                watched = tuple(index for index, (name, part) in enumerate(zip(self._names, key))
+                                if name not in self.parsed.annotations and type(part) is tuple
+                                and isinstance(part[0], np.dtype))
+                version = Version(key, module, inputs, returns, self.options, watched)
                 self._versions[key] = version
             self._latest = version
             return version

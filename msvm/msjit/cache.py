@@ -44,6 +44,7 @@ from ..options import JitOptions
 from ..shapes import Dim, ShapeSpec
 from ..verifier import FunctionInfo
 from .regions import Region, RegionIO
+from .scd import user_symbols
 
 DISASSEMBLY_KINDS = ("bytecode", "llvm", "llvm-opt", "asm")
 
@@ -76,6 +77,7 @@ class KeyPlan:
     slots: tuple[Slot, ...]
     specs: tuple[ShapeSpec, ...]  # per tensor input, in the region's symbols
     scalar_symbols: tuple[str, ...]  # per scalar parameter
+    made_up: frozenset[str] = frozenset()  # symbols no user wrote: fresh ones, unannotated inputs' dims
 
     @property
     def symbols(self) -> tuple[str, ...]:
@@ -124,7 +126,10 @@ def plan_keys(io: RegionIO, info: FunctionInfo) -> KeyPlan:
         if symbol not in {s.symbol for s in slots}:
             slots.append(Slot(len(components), None, symbol))
             components.append(("scalar", reg))
-    return KeyPlan(tuple(components), tuple(slots), tuple(specs), tuple(scalar_symbols))
+    named = set(user_symbols(info))
+    made_up = frozenset(s.symbol for s in slots if s.symbol not in named)
+    return KeyPlan(tuple(components), tuple(slots), tuple(specs), tuple(scalar_symbols), made_up)
+
 
 
 DIGEST_SAMPLE = 1 << 12  # elements of a large constant the digest reads
@@ -195,6 +200,7 @@ class CachePolicy:
         self.learned: dict[str, tuple[int, ...]] | None = None  # adaptive: symbol -> boundaries it chose
         self.observed: dict[str, set[int]] = {s: set() for s in plan.symbols}
         self.distinct: set[tuple] = set()  # adaptive, before learning: the run-time keys seen
+        self._first: dict[str, int | Bucket] | None = None  # the symbols of the first entry named
 
     @property
     def bucketing(self) -> bool:
@@ -264,10 +270,21 @@ class CachePolicy:
         scalars: list[int | str] = [pinned.get(s, s) for s in plan.scalar_symbols]
         return specs, scalars, bounds
 
-    def name(self, digest: str, cache_key: tuple, key: tuple) -> str:
-        """``jit_cache_237a4b1c_N32_C3_H224_W224``; bucketed symbols show their bucket (``N1-8``)."""
-        parts = [f"jit_cache_{digest}"]
-        for symbol, v in self.symbols_of(cache_key, key).items():
+    def name(self, function: str, region: int, digest: str, cache_key: tuple, key: tuple) -> str:
+        """``jit_cache_cnn_r0_exact_237a4b1c_N32_H224``; bucketed symbols show their bucket (``N1-8``).
+
+        Symbols the user named (annotations, ``ms.mutable``) are always shown; symbols msvm made up
+        (``KeyPlan.made_up``: ``x_0`` for an unannotated ``x``, ``R7d2``) only where their value differs
+        from the region's first entry's. Why: a key of unannotated arrays holds every dim of every
+        input, most of which never change, and a name listing them all said nothing. The digest keeps
+        other versions of the function apart; the registry suffixes any repeat."""
+        symbols = self.symbols_of(cache_key, key)
+        if self._first is None:
+            self._first = symbols
+        parts = [f"jit_cache_{function}_r{region}_{self.mode}_{digest}"]
+        for symbol, v in symbols.items():
+            if symbol in self.plan.made_up and self._first.get(symbol) == v:
+                continue
             sep = "" if symbol[-1].isalpha() else "v"
             parts.append(f"{symbol}{sep}{v}" if isinstance(v, int) else f"{symbol}{sep}{v[0]}-{v[1]}")
         return "_".join(parts)

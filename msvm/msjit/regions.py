@@ -23,7 +23,7 @@ constants), constants and scalar chains it can recompute cloned in, and ``RET`` 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,7 @@ from ..ops.registry import REGISTRY, OpDef, TensorType
 from ..options import JitOptions
 from ..shapes import ShapeSpec
 from ..verifier import FunctionInfo
-from .scd import TensorSCD, analyze_tensors
+from .scd import TensorSCD, analyze_tensors, suggest_annotations, user_symbols
 
 _SILENT = PHIS | TERMINATORS | {"SCALAR_ARG"}
 _REMAT = CONSTANTS  # cheap, pure: recomputed rather than passed around
@@ -52,9 +52,11 @@ class Split:
     opcode: str
     kind: str  # "data-dependent" | "unlowerable" | "interpreter"
     reason: str
+    parameters: tuple[str, ...] = ()  # unlowerable: the parameters whose symbolic shape stops the lowering
 
     def as_dict(self) -> dict:
-        return {"address": self.address, "opcode": self.opcode, "kind": self.kind, "reason": self.reason}
+        return {"address": self.address, "opcode": self.opcode, "kind": self.kind, "reason": self.reason,
+                "parameters": list(self.parameters)}
 
     def __str__(self) -> str:
         return f"split at {_addr(self.address)} ({self.opcode}): {self.reason}"
@@ -149,8 +151,10 @@ def default_can_lower() -> CanLower:
 
 
 def form_regions(info: FunctionInfo, tensors: dict[int, TensorSCD], *, threshold: float, hot_threshold: int,
-                 can_lower: CanLower) -> tuple[list[Region], list[Split]]:
-    """Regions of a verified function in layout order, and the splits between them."""
+                 can_lower: CanLower, annotations: Mapping[str, str] | None = None
+                 ) -> tuple[list[Region], list[Split]]:
+    """Regions of a verified function in layout order, and the splits between them; ``annotations``
+    (parameter -> ``ms.Tensor[...]`` to write) make an unlowerable split's hint exact."""
     regions: list[Region] = []
     splits: list[Split] = []
     reachable = info.cfg.reachable
@@ -162,7 +166,7 @@ def form_regions(info: FunctionInfo, tensors: dict[int, TensorSCD], *, threshold
         run: list[tuple[int, Instruction]] = []
         before: Split | None = None
         for address, ins in enumerate(block.instructions, start=start):
-            split = _boundary(ins, address, info, can_lower)
+            split = _boundary(ins, address, info, can_lower, annotations)
             if split is None:
                 run.append((address, ins))
                 continue
@@ -188,7 +192,8 @@ def _region(index: int, info: FunctionInfo, block: int, run: list[tuple[int, Ins
                   defined, threshold, hot_threshold, before, after)
 
 
-def _boundary(ins: Instruction, address: int, info: FunctionInfo, can_lower: CanLower) -> Split | bool | None:
+def _boundary(ins: Instruction, address: int, info: FunctionInfo, can_lower: CanLower,
+              annotations: Mapping[str, str] | None = None) -> Split | bool | None:
     """None: the instruction joins the region; a Split: it ends it (reported); True: ends it quietly."""
     name = ins.name
     if name in _SILENT or (name == "TENSOR_CREATE" and ins["arg"] >= 0):
@@ -209,8 +214,49 @@ def _boundary(ins: Instruction, address: int, info: FunctionInfo, can_lower: Can
     inputs = [info.types[r] for r in ins["srcs"]]
     why = can_lower(REGISTRY[op], info.attrs[address], inputs)
     if why is not None:
-        return Split(address, opcode, "unlowerable", f"{op} has no native lowering: {why}")
+        blockers = _blocking_parameters(REGISTRY[op], info.attrs[address], inputs, info, can_lower)
+        hint = _hint(blockers, annotations)
+        return Split(address, opcode, "unlowerable", f"{op} has no native lowering: {why}{hint}", blockers)
     return None
+
+
+ANNOTATE_HINT = "annotate {names} with constant sizes"
+
+
+def _blocking_parameters(op: OpDef, attrs: dict, inputs: list, info: FunctionInfo,
+                         can_lower: CanLower) -> tuple[str, ...]:
+    """The parameters whose symbolic dims, made constant, let ``op`` lower: each one alone, else all of
+    them together; () when constants would not help. Why ask ``can_lower`` again rather than guess:
+    it alone knows which operand must be static (conv2d's weight, not its input)."""
+    owners: dict[str, str] = {}  # an entry symbol -> the parameter whose dim it is
+    for reg, name in info.function.parameter_registers().items():
+        t = info.types[reg]
+        if isinstance(t, TensorType):
+            for d in t.shape:
+                if d.is_symbol:
+                    owners.setdefault(d.name, name)
+    used = {s for t in inputs if isinstance(t, TensorType) for d in t.shape for s in d.free_symbols}
+    candidates = list(dict.fromkeys(owners[s] for s in sorted(used) if s in owners))
+
+    def lowers(params: Sequence[str]) -> bool:
+        one = {s: 1 for s, p in owners.items() if p in params}
+        fixed = [TensorType(ShapeSpec(d.substitute(one) for d in t.shape), t.dtype)
+                 if isinstance(t, TensorType) else t for t in inputs]
+        return can_lower(op, attrs, fixed) is None
+
+    alone = tuple(p for p in candidates if lowers([p]))
+    if alone or not candidates:
+        return alone
+    return tuple(candidates) if lowers(candidates) else ()
+
+
+def _hint(blockers: Sequence[str], annotations: Mapping[str, str] | None = None) -> str:
+    """"; annotate w1 with constant sizes", or with the annotation to write when it is known."""
+    if not blockers:
+        return ""
+    if annotations and all(p in annotations for p in blockers):
+        return "; annotate " + " and ".join(f"`{p}` as `{annotations[p]}`" for p in blockers)
+    return "; " + ANNOTATE_HINT.format(names=" and ".join(f"`{p}`" for p in blockers))
 
 
 # -- a region as a standalone function ---------------------------------------------------------------------
@@ -410,6 +456,7 @@ class ScdAnalysis:
     splits: list[Split]
     specialised: list[dict] = field(default_factory=list)  # plain-int parameters folded into this version
     verdicts: list[str] = field(default_factory=list)  # what the JIT decided at run time (too small, demoted)
+    annotations: list[dict] = field(default_factory=list)  # unannotated arrays: the ms.Tensor[...] to write
 
     def as_dict(self) -> dict:
         return {
@@ -421,6 +468,7 @@ class ScdAnalysis:
             "splits": [s.as_dict() for s in self.splits],
             "specialised": list(self.specialised),
             "verdicts": list(self.verdicts),
+            "annotations": list(self.annotations),
         }
 
     def text(self) -> str:
@@ -437,6 +485,7 @@ class ScdAnalysis:
         lines = [f"SCD analysis of {self.function} (scd_threshold {self.threshold:.2f}, "
                  f"hot_threshold {self.hot_threshold})"]
         lines += [f"  ! {s['message']}" for s in self.specialised]
+        lines += [f"  ! {a['message']}" for a in self.annotations]
         lines.append("tensors:")
         for t in self.tensors:
             where = f"  {t.source}" if t.source else ""
@@ -469,16 +518,40 @@ class ScdAnalysis:
 
 
 def analyze_executable(exe: Any, args: Sequence[Any] | None = None, *, can_lower: CanLower | None = None,
-                       specialised: Sequence[dict] = ()) -> ScdAnalysis:
-    """The analysis of an interpreter Executable; ``args`` (optional) show concrete sizes."""
+                       specialised: Sequence[dict] = (),
+                       seen: Mapping[str, Sequence[tuple[int, ...]]] | None = None) -> ScdAnalysis:
+    """The analysis of an interpreter Executable; ``args`` (optional) show concrete sizes; ``seen``: the
+    shapes unannotated array parameters came with (``JitFunction.shapes_seen``), for the annotations."""
     settings = JitOptions.of(exe.program.options)
     bindings = exe.bind_inputs(tuple(args)) if args is not None else None
     tensors = analyze_tensors(exe.info, bindings)
+    suggested = suggest_annotations(seen or {}, user_symbols(exe.info))
     regions, splits = form_regions(exe.info, tensors, threshold=settings.scd_threshold,
                                    hot_threshold=settings.hot_threshold,
-                                   can_lower=can_lower or default_can_lower())
+                                   can_lower=can_lower or default_can_lower(), annotations=suggested)
     return ScdAnalysis(exe.name, settings.scd_threshold, settings.hot_threshold, list(tensors.values()),
-                       regions, splits, list(specialised), run_time_verdicts(exe))
+                       regions, splits, list(specialised), run_time_verdicts(exe),
+                       annotation_notes(suggested, splits, seen or {}))
+
+
+def annotation_notes(suggested: Mapping[str, str], splits: Sequence[Split],
+                     seen: Mapping[str, Sequence[tuple[int, ...]]]) -> list[dict]:
+    """One note per unannotated array parameter: the annotation to write and what it fixes — first
+    those whose symbolic sizes keep an op out of the native regions."""
+    notes = []
+    for name, annotation in suggested.items():
+        blocks = [s for s in splits if name in s.parameters]
+        n = len(seen[name])
+        basis = f"from the {n} shapes its calls brought" if n > 1 else "from the one shape its calls brought"
+        if blocks:
+            ops = ", ".join(f"{s.opcode.split()[-1]} at {_addr(s.address)}" for s in blocks)
+            why = f"its sizes are symbols, which keeps {ops} out of the native regions"
+        else:
+            why = "its sizes then read as numbers and names instead of symbol arithmetic"
+        notes.append({"parameter": name, "annotation": annotation, "blocks": [s.address for s in blocks],
+                      "message": f"annotate `{name}` as `{annotation}` ({basis}): {why}"})
+    notes.sort(key=lambda n: not n["blocks"])
+    return notes
 
 
 def run_time_verdicts(exe: Any) -> list[str]:
@@ -500,7 +573,9 @@ def analyze(target: Any, *args: Any) -> ScdAnalysis:
     """``target``: a ``@ms.jit`` function (with example arguments picking its version) or an Executable."""
     if hasattr(target, "program_for"):
         program, name, bc_args = target.program_for(*args)
-        return analyze_executable(program.function(name), bc_args, specialised=specialisations(target, args))
+        seen = target.shapes_seen(*args) if hasattr(target, "shapes_seen") else None
+        return analyze_executable(program.function(name), bc_args, specialised=specialisations(target, args),
+                                  seen=seen)
     return analyze_executable(target, args if args else None)
 
 
@@ -543,6 +618,7 @@ __all__ = [
     "Split",
     "analyze",
     "analyze_executable",
+    "annotation_notes",
     "build_function",
     "def_use",
     "default_can_lower",

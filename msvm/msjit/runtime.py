@@ -325,9 +325,9 @@ class RegionRuntime:
         """A new entry for ``cache_key``, registered; None when the cache is full (lock held)."""
         policy = self.policy
         symbols = policy.symbols_of(cache_key, key)
-        entry = Entry(policy.name(self.digest, cache_key, key), self.exe_name, self.region.id,
-                      self.region.start, self.settings.cache_mode, cache_key, key, symbols, reason,
-                      owner=self, generation=self.generation)
+        name = policy.name(self.exe_name, self.region.id, self.digest, cache_key, key)
+        entry = Entry(name, self.exe_name, self.region.id, self.region.start, self.settings.cache_mode,
+                      cache_key, key, symbols, reason, owner=self, generation=self.generation)
         full = len(self.entries) >= CONTEXT.jit_cache_region_entries
         if full or not CACHE.add(entry, CONTEXT.jit_cache_entries):
             state.rejected = True

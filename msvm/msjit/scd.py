@@ -13,7 +13,7 @@ from R3: data-dependent: nonzero at 0x0012").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..bytecode.module import Instruction, RegRef
@@ -87,6 +87,23 @@ class TensorSCD:
 
 def is_anchored(dim: Dim, entry_symbols: frozenset[str]) -> bool:
     return not dim.is_unknown and dim.free_symbols <= entry_symbols
+
+
+def user_symbols(info: FunctionInfo) -> dict[str, tuple[str, int | None]]:
+    """symbol -> (parameter, axis) of the entry symbols a user named: an annotated dim (``"H"``) or an
+    ``ms.mutable`` scalar (axis None). The frontend calls the dims of an unannotated ``x`` ``x_0``,
+    ``x_1``…: those are made up, and left out."""
+    params = info.function.parameter_registers()
+    out: dict[str, tuple[str, int | None]] = {}
+    for reg, name in params.items():
+        t = info.types[reg]
+        if isinstance(t, TensorType):
+            for axis, d in enumerate(t.shape):
+                if d.is_symbol and d.name != f"{name}_{axis}":
+                    out.setdefault(d.name, (name, axis))
+        elif isinstance(t, ScalarType) and t.value.is_symbol:
+            out.setdefault(t.value.name, (name, None))
+    return out
 
 
 def analyze_tensors(info: FunctionInfo, bindings: Mapping[str, int] | None = None, *,
@@ -255,6 +272,42 @@ class _Analyzer:
                 f"the bytecode) — {OUTSIDE_HINT}")
 
 
+# Names for the dims of an unannotated array that took several values, by its rank (NCHW and friends).
+_DIM_NAMES = {1: ("N",), 2: ("N", "D"), 3: ("N", "L", "D"), 4: ("N", "C", "H", "W"),
+              5: ("N", "C", "D", "H", "W")}
+
+
+def suggest_annotations(seen: Mapping[str, Sequence[tuple[int, ...]]],
+                        taken: Iterable[str] = ()) -> dict[str, str]:
+    """parameter -> the annotation to write for it, from the shapes it came with (one per recorded call
+    combination, aligned across parameters): ``ms.Tensor[16, 3, 3, 3]`` for a weight whose shape never
+    changed, ``ms.Tensor[2, 3, "H", "W"]`` for a frame whose sizes did.
+
+    A dim that took several values gets its rank's usual letter, shared with the dims of other
+    parameters that took the very same values call by call (the binding the user means), or
+    ``x_2`` when the letter is taken (``taken``: symbols the function names already) by other values.
+    """
+    owner: dict[str, tuple[int, ...]] = {}  # letter -> the values it stands for
+    blocked = set(taken)
+    out = {}
+    for name, shapes in seen.items():
+        if not shapes or len({len(s) for s in shapes}) != 1:
+            continue
+        letters = _DIM_NAMES.get(len(shapes[0]), ())
+        dims = []
+        for axis in range(len(shapes[0])):
+            values = tuple(s[axis] for s in shapes)
+            if len(set(values)) == 1:
+                dims.append(str(values[0]))
+                continue
+            letter = letters[axis] if axis < len(letters) else f"{name}_{axis}"
+            if letter in blocked or owner.setdefault(letter, values) != values:
+                letter = f"{name}_{axis}"
+            dims.append(f'"{letter}"')
+        out[name] = f"ms.Tensor[{', '.join(dims)}]"
+    return out
+
+
 def _attr_regs(value: object) -> list[int]:
     if isinstance(value, RegRef):
         return [value.index]
@@ -267,4 +320,5 @@ def _addr(address: int) -> str:
     return format_address(address).removeprefix("msvm://bc/")
 
 
-__all__ = ["OUTSIDE_HINT", "TensorSCD", "analyze_tensors", "is_anchored"]
+__all__ = ["OUTSIDE_HINT", "TensorSCD", "analyze_tensors", "is_anchored", "suggest_annotations",
+           "user_symbols"]

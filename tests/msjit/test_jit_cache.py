@@ -45,13 +45,13 @@ def test_exact_and_bucket_names_and_parameters() -> None:
     key = ((5, 3), 4)
     exact = policy_for("exact")
     assert exact.cache_key(key) == key
-    assert exact.name("0123abcd", key, key) == "jit_cache_0123abcd_N5_C3_h4"
+    assert exact.name("f", 0, "0123abcd", key, key) == "jit_cache_f_r0_exact_0123abcd_N5_C3_h4"
     specs, scalars, bounds = exact.parameters(key, key)
     assert [str(s) for s in specs] == ["[5, 3]", "[5, 3]"] and scalars == [4] and bounds == {}
     bucket = policy_for("bucket", (4, 8))
     ck = bucket.cache_key(key)
     assert bucket.cache_key(((6, 2), 3)) == ck  # other sizes in the same buckets share the entry
-    assert bucket.name("0123abcd", ck, key) == "jit_cache_0123abcd_N5-8_C1-4_h1-4"
+    assert bucket.name("f", 0, "0123abcd", ck, key) == "jit_cache_f_r0_bucket_0123abcd_N5-8_C1-4_h1-4"
     specs, scalars, bounds = bucket.parameters(ck, key)
     assert [str(s) for s in specs] == ["[N, C]", "[N, C]"] and scalars == ["h"]
     assert bounds == {"N": 8, "C": 4, "h": 4}
@@ -73,7 +73,7 @@ def test_adaptive_learns_power_of_four_buckets_for_symbols_that_vary_once_keys_p
     assert all(policy.cache_key(key) == key for key in keys)  # exact until it learns
     assert policy.learn() == {"N": (4, 16)}  # C and h took one value: they stay exact
     ck = policy.cache_key(((6, 3), 1))
-    assert policy.name("0123abcd", ck, ((6, 3), 1)) == "jit_cache_0123abcd_N5-16_C3_h1"
+    assert policy.name("f", 0, "0123abcd", ck, ((6, 3), 1)) == "jit_cache_f_r0_adaptive_0123abcd_N5-16_C3_h1"
     assert policy.cache_key(((300, 3), 1)) != ck  # a size beyond the values seen gets its own bucket
 
 

@@ -102,6 +102,22 @@ def test_scd_view_for_call_reports_a_failing_analysis() -> None:
     assert view.unavailable and "SCD analysis failed" in view.unavailable
 
 
+def test_scd_view_tells_which_unannotated_weight_to_annotate_and_how() -> None:
+    import msvm.nn.functional as F
+
+    @jit
+    def conv(x, w):
+        return F.relu(F.conv2d(x, w, padding=1))
+
+    w = np.ones((4, 3, 3, 3), np.float32)
+    for hw in (8, 12):
+        conv(np.ones((1, 3, hw, hw), np.float32), w)
+    view = SCDView.for_call(conv, np.ones((1, 3, 8, 8), np.float32), w)
+    advice = "annotate `w` as `ms.Tensor[4, 3, 3, 3]`"
+    assert advice in view.static_text() and html.escape(advice) in view.value
+    assert 'annotate `x` as `ms.Tensor[1, 3, "H", "W"]`' in view.static_text()
+
+
 def test_cache_view_matches_jit_info_and_shows_listings() -> None:
     block = make_block()
     hot(block, *x_and_h())

@@ -85,7 +85,8 @@ class SCDView(StaticFallback, widgets.HTML):
         data = self.data or {}
         splits = [f"split at {_short(s['address'])} ({s['opcode']}): {s['reason']}"
                   for s in data.get("splits", [])]
-        return [s["message"] for s in data.get("specialised", [])] + splits
+        notes = [n["message"] for n in (*data.get("specialised", []), *data.get("annotations", []))]
+        return notes + splits
 
     def static_html(self) -> str:
         body = theme.title("Shape convergence (SCD)") + theme.note(self._caption())
