@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RegisterState:
-    """What a register holds right now, with the metadata the widgets show (DESIGN §8)."""
+    """What a register holds right now, with the metadata the widgets show (``docs/architecture.md``,
+    "Observability")."""
 
     index: int
     kind: str  # "tensor" | "scalar" | "bool" | "empty"

@@ -41,15 +41,14 @@ from .native import PTR, native_library
 
 # Below this much work (flops, ≈ 25 µs) per extra thread one thread is as fast: handing a job over
 # costs a few microseconds to a spinning helper, a futex wake to a sleeping one, and the caller may
-# wait for a helper's last chunk (measured on W1: 16e6, right for Python-side queues, left batch-1
-# convs on one core).
+# wait for a helper's last chunk (``python -m bench interpreter`` re-measures).
 MIN_FLOPS_PER_THREAD = 2e6
 # How long a helper (after a job) and a caller (waiting for helpers) spin before sleeping, in pause
-# instructions (≈ 25 ns each here): ``SPINS_ALONE`` (≈ 150 µs) while nothing else wants the cores —
-# an interpreted program's next kernel follows after 20–100 µs of Python, and waking a sleeping helper
-# costs that kernel ≈ 30 µs (W3 interpreted at L = 128: 5–8 % faster than at 50 µs) —, ``SPINS``
-# (≈ 50 µs) while the JIT's compile worker, yielding to the program, lives on the gaps (``share_gaps``):
-# spinning longer then delayed its code (W2's and W3's bucket streams).
+# instructions (≈ 25 ns each): ``SPINS_ALONE`` (≈ 150 µs) while nothing else wants the cores, since an
+# interpreted program's next kernel follows after 20–100 µs of Python and waking a sleeping helper
+# costs that kernel ≈ 30 µs; ``SPINS`` (≈ 50 µs) while the JIT's compile worker, yielding to the
+# program, lives on the gaps (``share_gaps``), since spinning longer then delays its code
+# (``docs/performance.md``, "Job pool"; ``python -m bench delivery``).
 SPINS = 2000
 SPINS_ALONE = 6000
 _FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine()) if platform.system() == "Linux" else None

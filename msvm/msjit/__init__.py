@@ -1,4 +1,7 @@
-"""MS-JIT: hot, shape-stable regions compiled to native code in the background (DESIGN §5–§6).
+"""MS-JIT: hot, shape-stable regions compiled to native code in the background.
+
+``docs/architecture.md`` ("The JIT: a region is a standalone function" and the sections after it)
+walks through the design.
 
 The pieces, in the order data flows through them: ``scd`` (which dims are anchored, and why not),
 ``regions`` (region formation, a region as a standalone function, the SCD report), ``cache`` (cache

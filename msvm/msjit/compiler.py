@@ -5,10 +5,11 @@ and keeps interpreting; lowering and LLVM run in the compile worker process (``m
 so an LLVM crash or hang costs one compile, not the user's Python process or Jupyter kernel, and the
 20–50 ms of Python that lowering a region costs never holds this process's GIL beside the user's
 calls. This thread only builds the region function, sends it, and loads and binds what comes back;
-lowering verifies the function, so the worker does that too (verifying it here as well cost W6 19 ms
-of GIL a compile). A crash, a timeout (``ms.set_context(compile_timeout_ms=…)``: the worker is killed
-and restarted) or any exception of the code generator marks the entry ``fallback`` with the reason; its
-region keeps running interpreted and is not compiled again for that key.
+lowering verifies the function, so the worker does that too (verifying here as well would hold this
+process's GIL for a second verification per compile). A crash, a timeout
+(``ms.set_context(compile_timeout_ms=…)``: the worker is killed and restarted) or any exception of
+the code generator marks the entry ``fallback`` with the reason; its region keeps running interpreted
+and is not compiled again for that key.
 
 Phases, each timed and visible (``phase_ms``, monitor ``phase`` events, trace events of mode
 "compile" when tracing): ``queue`` (waiting), ``region`` (building the standalone region function),
@@ -23,10 +24,10 @@ cache (``diskcache``), and what the worker answers is kept there (the optimised 
 quick one): another process may have compiled the key since this one first saw it.
 
 Why some entries wait: an exact key that got hot in a region whose keys churn (more distinct keys
-than ``jit_adaptive_budget``) may never come back — W3's stream runs 85 lengths in 100 calls, and its
-exact mode compiled the two lengths seen three times for nothing, 5–9 % of the stream's time. Such an
-entry stays queued (``Entry.deferred``; a "deferred" event says so) until its key is asked for again,
-the program pauses, or someone waits for compiles.
+than ``jit_adaptive_budget``) may never come back, and compiling it takes CPU from the program for
+nothing (``docs/performance.md``, "Deferred entries"). Such an entry stays queued
+(``Entry.deferred``; a "deferred" event says so) until its key is asked for again, the program
+pauses, or someone waits for compiles.
 
 Why a warm-up: starting the worker costs about half a second, which the first compile would pay on
 top of its own time. ``prestart`` — called when a function with compilable regions is prepared, at
@@ -66,15 +67,11 @@ from .stats import EVENTS, format_ns, hit_rate
 
 # A request to the worker gets a core lent once the entry it compiles has been asked for HOT_CALLS
 # times since it was queued, at least HOT_SHARE of its region's interpreted runs meanwhile (a loop on
-# one shape or bucket), or WANTED_CALLS times once the request has been unanswered for STARVED_S. A
-# compile takes 50–150 ms of CPU; a loop left it the gaps between kernels, and its code landed after
-# 0.55–0.65 s (W1 at batch 16, W3 at L = 128, bucket and exact alike) where lending after 8 calls lands
-# it in 0.28–0.39 s (W1) and 0.10–0.17 s (W3). Lending costs the program its second core meanwhile: for
-# code asked for now and then the idle gaps serve better — W1's stream of four batch sizes asks for its
-# 5–16 bucket in every other call, and lending at its 8th call cost the stream 25–50 ms for code that
-# landed after it ended; W3's stream asks for its 65–256 bucket in 4 calls of 5. The next bucket of a
-# region with a compiled one shares its object code — a plan and a load, about 20 ms of CPU — and counts
-# as starved at once: W3's 17–64 bucket, asked for in 1 call of 5, otherwise waited 50–300 ms.
+# one shape or bucket), or WANTED_CALLS times once the request has been unanswered for STARVED_S; the
+# next bucket of a region with compiled code (a plan and a load) counts as starved at once. Why: a loop
+# leaves an idle-priority compile only the gaps between kernels, so its code lands late, while lending
+# for code asked for now and then costs the program a core for code that lands after it is done.
+# ``python -m bench delivery --only W1,W3`` re-measures; the history is in ``docs/performance.md``.
 STARVED_S = 0.5
 WANTED_CALLS = 2
 HOT_CALLS = 8
@@ -130,9 +127,9 @@ def _core_when_starved(asked: Callable[[], tuple[int, int]], entry: str | None,
 def _quick_gil_handoffs() -> Iterator[None]:
     """A short GIL switch interval while this thread works. Its work here is short bursts between
     blocking calls (imports reading files, the worker's pipe, loading code), and after each it waits
-    for the GIL: up to the 5 ms interval while the program runs Python (W6's 200 numpy calls), which
-    made a fresh process's warm-up 0.3 s and a load 50-70 ms. At 0.2 ms the program's calls ran up to
-    1.7× slower meanwhile (W6), at 1 ms 1.15×. The interval the program had comes back afterwards."""
+    for the GIL: up to the 5 ms interval while the program runs Python, which makes warm-up and loads
+    slow; much shorter than GIL_SWITCH_S slows the program's own calls instead (``docs/performance.md``,
+    "GIL switch interval"; ``python -m bench delivery``). The program's interval comes back afterwards."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(min(before, GIL_SWITCH_S))
     try:

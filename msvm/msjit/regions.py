@@ -1,4 +1,6 @@
-"""JIT regions (DESIGN §6): a function's shape-stable instruction runs, and each as a standalone function.
+"""JIT regions: a function's shape-stable instruction runs, and each as a standalone function.
+
+The design is in ``docs/architecture.md``, "The JIT: a region is a standalone function".
 
 Why regions stay inside basic blocks: a block's instructions run together or not at all, so a region
 needs no side exits and its inputs are exactly the registers it reads from outside. Branches whose

@@ -11,20 +11,20 @@ Every phase is timed.
 
 A region is two LLVM modules (``ModuleEmitter.texts``), two objects loaded together: its kernels with
 loops, optimised (``PIPELINE``), and the entry with the rest — frames for native jobs, BLAS calls —
-which runs once per call and is not (``ENTRY_PIPELINE``): LLVM's CPU per region, same-process
-medians, W1 55 → 38 ms, W3 28 → 17, W1's bucket region 92 → 57, W3's 47–59 → 29–40.
+which runs once per call and is not (``ENTRY_PIPELINE``): optimising straight-line frame filling buys
+nothing at run time and was about a third of LLVM's CPU per region (``python -m bench codegen``).
 
 A bucket's bounds reach the code only through that table too (arena offsets, per-thread slots,
 whether to release the GIL), so every bucket of a region has one IR and one object code: the next
 bucket costs a plan (``lower``'s ``reuse``) and a load (``build_region``), not an LLVM compile.
 
 Tiers: a region whose tensors are all small (``QUICK_MAX_ELEMENTS`` at its bounds) and whose loop module
-is long may compile that module unoptimised first (``tier=1``, ``QUICK_PIPELINE``): W6's 200 fused ops
-on 8×8 then cost LLVM 6 ms instead of 35, and run in 9 µs where the interpreter takes 150 (the optimised
-tier: 1.2 µs). On large tensors unoptimised loops lose to the interpreter's numpy calls, so such a
-region, and one with no loop module, is built optimised at once (``tier`` 2 in the answer). What the
-worker answers is plain data (``load_region`` makes the code of it), which is also what the persistent
-code cache keeps.
+is long may compile that module unoptimised first (``tier=1``, ``QUICK_PIPELINE``): on small tensors
+unoptimised code still beats the interpreter by far and costs LLVM a fraction of the time, so it
+lands sooner (``docs/performance.md``, "Quick tier"). On large tensors unoptimised loops lose to the
+interpreter's numpy calls, so such a region, and one with no loop module, is built optimised at once
+(``tier`` 2 in the answer). What the worker answers is plain data (``load_region`` makes the code of
+it), which is also what the persistent code cache keeps.
 """
 
 from __future__ import annotations
@@ -60,15 +60,15 @@ from .plan import Planner, Recipe
 from .views import numel
 
 DISASSEMBLY_KINDS = ("llvm", "llvm-opt", "asm")
-# The pass pipeline for regions: O2 without the loop unroller. Measured against O3 on the workloads'
-# regions it compiles 30–40 % faster with run times within noise: the vectoriser's interleaving
-# already gives the inner loops their parallelism, and outer loops are never worth unrolling. Nor
-# the SLP vectoriser: in the workloads' regions all it did was pack the entry's job frames into
-# vectors, and it cost W1's bucket region 23 of its 64 ms of optimisation — it runs only for regions
-# with a kernel that writes vectors built lane by lane (``Kernel.packs_lanes``).
+# The pass pipeline for regions: O2 without the loop unroller, which against O3 compiles faster with run
+# times within noise: the vectoriser's interleaving already gives the inner loops their parallelism,
+# and outer loops are never worth unrolling. Nor the SLP vectoriser, which in the benchmark regions
+# only packed the entry's job frames into vectors at a third of the optimisation time: it runs only for
+# regions with a kernel that writes vectors built lane by lane (``Kernel.packs_lanes``).
+# ``python -m bench codegen`` re-measures.
 PIPELINE = {"opt_level": 2, "unroll": False, "slp": False}
-# The entry module: no optimisation, and the code generator's fastest level (W1's: 10 ms, where the
-# whole region optimised took 53; its native jobs and calls into the loop module ran as fast).
+# The entry module: no optimisation, and the code generator's fastest level: it only fills frames and
+# calls native jobs and the loop module, which run as fast either way.
 ENTRY_PIPELINE = {"opt_level": 0, "unroll": False, "slp": False, "codegen": 0}
 # The quick tier's loop module: no optimisation either, for regions whose tensors are all this small.
 # Unoptimised code costs about 0.7 ns per element and op, the interpreter about 0.7 µs per op plus
@@ -304,7 +304,7 @@ _LOWERED = _Recent(32)
 
 # Object code by its IR (the entry's name left out), for the next bucket of the same region: its IR
 # is the same but for the name (the bounds reach the code only through the extern table), so it
-# costs a plan, not an LLVM compile (W1's bucket regions: optimise + codegen ≈ 100 ms).
+# costs a plan, not an LLVM compile (optimise + codegen, the bulk of a compile).
 _OBJECTS = _Recent(32)  # digest -> (the modules' object code, the entry name it carries)
 
 
