@@ -54,8 +54,8 @@ def run_on_pool(b: ir.IRBuilder, extern: Callable[[externs.Key], ir.Value], job:
     block = Slot(b, ir.ArrayType(I64, len(fields))).ptr
     frame = b.gep(block, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
     values = [b.ptrtoint(v, I64) if v.type.is_pointer else v for v in fields]
-    # FRAME_VECTOR fields per store: a conv's 35 scalar stores made dead-store elimination 30 % of W1's
-    # optimiser time; vector stores of mostly constant fields are a handful of instructions
+    # FRAME_VECTOR fields per store: a conv's dozens of scalar stores made dead-store elimination a large
+    # share of the optimiser's time; vector stores of mostly constant fields are a handful of instructions
     for start in range(0, len(values), FRAME_VECTOR):
         part = values[start:start + FRAME_VECTOR]
         vt = ir.VectorType(I64, len(part))

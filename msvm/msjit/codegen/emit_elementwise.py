@@ -40,12 +40,9 @@ FLAGS = ("contract",)
 # each waiting on its own latency (LLVM's choice is one register). Asking for a wider vector rather
 # than an interleave count leaves LLVM's optimiser one copy of the chain; only instruction selection
 # sees the copies. A chain gets ``CHAIN_BUDGET // depth`` registers at most, and fewer when a short
-# constant loop would leave more than a register's worth to the remainder loop. Measured (launcher
-# included, same process): W6's 200 ops on 8×8 (depth 151) 1.52 → 0.97 µs for optimise + codegen 66 →
-# 96 ms (interleaving 4× ran the same at 155 ms); 200 ops on 64×64 61 → 23 µs; on 7×7 4 registers
-# ran 1.54 → 1.94 µs (a 17-element remainder), hence the fit. Two registers, not four: W6 1.39 (one)
-# → 1.09 µs (two) → 0.89 µs (four) for optimise + codegen 32 → 35 → 50 ms (in process, medians of 3);
-# a fifth of a microsecond a call does not buy 15 ms more of every such compile.
+# constant loop would leave more than a register's worth to the remainder loop. Two registers, not
+# four: the last fifth of a microsecond a call is not worth the compile time it costs every such
+# region (``docs/performance.md``, "Long chains"; ``python -m bench codegen`` re-measures).
 LONG_CHAIN = 16
 CHAIN_VECTORS = 2
 CHAIN_BUDGET = 640
@@ -340,7 +337,7 @@ def chain_width(extent: Dim, registers: int, itemsize: int) -> int | None:
 def native_unary(expr: Expr, out: Buffer, view: View) -> tuple[str, Load] | None:
     """(the native job's form, its source) when ``out[view] = expr`` is one op of
     ``kernels.elementwise`` on a dense array of the output's float dtype, else None. Such a kernel
-    fuses nothing, and its transcendental is most of a region's LLVM time (W3's GELU: 17 of 27 ms), so
+    fuses nothing, and its transcendental is most of a region's LLVM time (a GELU's, about two thirds), so
     it calls the interpreter's job for the op — a library compiled once per process — instead."""
     if not (isinstance(expr, Map) and len(expr.args) == 1 and isinstance(expr.args[0], Load)):
         return None

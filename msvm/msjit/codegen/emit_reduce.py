@@ -15,8 +15,9 @@ result once. ``RowResult`` is the kernel's value as an expression: consumers tha
 elementwise at the same index become the final sweep's epilogue instead of another pass. A large
 result the region returns is written with non-temporal stores (``streams``), which do not first
 read the lines they overwrite: the final sweep of a one-dim row computes it a vector at a time and
-stores each as it goes (so the stores overlap the arithmetic: W5 1.66 against 2.5–2.8 ms, finishing
-the row in scratch and streaming it out after); a wider row is finished in scratch, then streamed.
+stores each as it goes, so the stores overlap the arithmetic (faster than finishing the row in
+scratch and streaming it out after: ``docs/performance.md``, "Streaming stores"); a wider row is
+finished in scratch, then streamed.
 
 A row kernel with nothing fused — a layer_norm or (scaled) softmax of a tensor in memory, written
 to memory as it is, as in a transformer layer — calls ``msvm.kernels.rows``' job instead: the same
@@ -250,8 +251,8 @@ class ReduceKernel(Kernel):
 class NativeSum:
     """A sum or mean over the trailing dims as a call of ``msvm.kernels.rows``' "sum" job, of ``x`` or of
     ``x + y``, ReLU'd when ``relu``: the global average pool that ends a CNN, with the residual add and
-    ReLU of its last block. Generated, such a reduction cost the region a loop module of its own —
-    W1's 11 of its 60 ms of compile CPU, 8 ms of LLVM's O2 pipeline for even the smallest loop."""
+    ReLU of its last block. Generated, such a reduction cost the region a loop module of its own, and
+    LLVM's O2 pipeline costs milliseconds for even the smallest loop."""
 
     def __init__(self, x: Load, y: Load | None, relu: bool) -> None:
         self.x, self.y, self.relu = x, y, relu

@@ -95,7 +95,7 @@ def _native_linear(ctx: Planner, x: Expr, w: Expr, bias: Expr | None, t: TensorT
     """``x @ wᵀ (+ bias)`` by the job pool's GEMM with the constant weight packed now (and a constant [N]
     bias with it; any other bias is a lazy add). None when the weight is not a constant small enough
     (``fits_pool``) or the dtypes differ or are not native. However small the product: as a fused
-    contraction it cost the region a loop module (W1's classifier, 16 × 64 → 10: 10 ms of LLVM's O2
+    contraction it cost the region a loop module (a CNN's 64 → 10 classifier: milliseconds of LLVM's O2
     pipeline per compile), where calling the job costs a microsecond or two."""
     dtype = t.dtype
     if dtype not in gemm_packed.DTYPES or x.dtype != dtype or w.dtype != dtype or len(x.shape) < 1:

@@ -1,8 +1,8 @@
 """Large constants go to the compile worker through shared files, not through its pipe.
 
 Why: a region's weights can be tens of megabytes (W2's two 16 MiB matrices), and encoding them into
-the MS-BC sent to the worker copies them several times while holding the GIL — 130 ms for W2 —
-then the pipe and the decoder copy them again. A constant of at least ``MIN_BYTES`` is instead
+the MS-BC sent to the worker copies them several times while holding the GIL (a tenth of a second
+for W2's) — then the pipe and the decoder copy them again. A constant of at least ``MIN_BYTES`` is instead
 written once per array to a file in ``/dev/shm`` (memory, not disk; kept while the array lives and
 the budget below allows) and stands in the sent module as a one-element placeholder; the worker maps the file
 read-only — pages it never reads are never touched — and puts the real array back before lowering.
@@ -30,7 +30,7 @@ import numpy as np
 
 from ...bytecode.module import Module
 
-MIN_BYTES = 64 << 10  # at 1 MiB, W3's 768×256 and 256×256 weights still crossed the pipe: 1 MB a compile
+MIN_BYTES = 64 << 10  # a transformer layer's weights are well under 1 MiB each, and still worth it
 BUDGET = 256 << 20
 _DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
 _files: dict[int, tuple[weakref.ref, str, int]] = {}  # id(array) -> (the array, its file, bytes), LRU order
