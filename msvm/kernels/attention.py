@@ -1,17 +1,16 @@
 """``scaled_dot_product_attention`` on the job pool: two batched GEMMs around an in-place row softmax.
 
-Why: the reference spends most of its time outside arithmetic — numpy's stacked matmul on a
-contiguous copy of k^T, a scaled copy of the scores, and five temporaries for the safe softmax
-(≈ 1.5 ms for 4 heads × 128² × 64 here, where the two GEMMs are worth ≈ 0.1 ms). This kernel reads
-q and k where they lie (the pool GEMM packs k's rows as Bᵀ panels), folds the scale into the softmax
-(no pass of its own), and runs the softmax in place on the one scores buffer with the native row
-kernel of ``rows`` (numpy's max, exp, sum and divide along the rows cost ≈ 110 µs for 4 × 128²; the
-row kernel 90 on one core, 49 on both). The heads land in [L, H, Ev] memory, as the JIT's do, so
-multi-head attention's ``.transpose(1, 0, 2).reshape(L, H * Ev)`` is a view, not a copy (24 µs of
-W3's layer at L = 128). The GEMMs run on the job pool, not OpenBLAS, whose threads spin after each
-call and would take the second core from the pool's kernels around it (``gemm_packed``). Explicit
-masks go to the reference; ``is_causal`` adds a cached −inf upper triangle (one pass; boolean
-indexing costs 20× more).
+Why: the reference spends most of its time outside arithmetic — numpy's stacked matmul on a contiguous
+copy of k^T, a scaled copy of the scores, and five temporaries for the safe softmax (≈ 1.5 ms for 4
+heads × 128² × 64 here, where the two GEMMs are worth ≈ 0.1 ms). This kernel reads q and k where they
+lie (the pool GEMM packs k's rows as Bᵀ panels), folds the scale into the softmax (no pass of its own),
+and runs the softmax in place on the one scores buffer with the native row kernel of ``rows`` (numpy's
+max, exp, sum and divide along the rows cost ≈ 110 µs for 4 × 128²; the row kernel 90 on one core, 49 on
+both). The heads land in [L, H, Ev] memory, as the JIT's do, so multi-head attention's ``.transpose(1,
+0, 2).reshape(L, H * Ev)`` is a view, not a copy. The GEMMs run on the job pool, not OpenBLAS, whose
+threads spin after each call and would take the second core from the pool's kernels around it
+(``gemm_packed``). Explicit masks go to the reference; ``is_causal`` adds a cached −inf upper triangle
+(one pass; boolean indexing costs 20× more).
 """
 
 from __future__ import annotations

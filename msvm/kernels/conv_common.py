@@ -195,7 +195,7 @@ REST_TILES = (4, 4, 2, 1)
 def whole_tiles(b: ir.IRBuilder, count: ir.Value, size: int) -> ir.Value:
     """IR: how many ``size``-wide register tiles (``size`` 6) to run along ``count``; ``REST_TILES`` do the
     rest. A rest of 2 gives back one whole tile, to run as 4 + 4: a 2-wide tile's 4 accumulators leave
-    half the FMA units idle (W1's 32-wide convs: 5-6 % faster)."""
+    half the FMA units idle."""
     whole = b.sdiv(count, ir.Constant(I64, size))
     two_left = b.and_(b.icmp_signed("==", b.srem(count, ir.Constant(I64, size)), ir.Constant(I64, 2)),
                       b.icmp_signed(">", whole, ir.Constant(I64, 0)))

@@ -89,9 +89,8 @@ ROWS = 4  # output rows per work item
 ITEMS = 16  # work items a call is split into at least, when its channels allow (both threads get work)
 SLOT_ALIGN = 64
 # The kernel's loops are tiled and its vectors written out already: LLVM's unroller and SLP vectoriser
-# only made it 4x larger (35 KB of code) and 4x slower to compile (1.1–1.7 s a variant; seven of them
-# made a cold W1 process wait 10 s), at equal speed (same process, alternating, W1's convs at batch
-# 16 and 1: medians 0.81–1.08x of O3's, minimums all within 3 % or better).
+# only made it 4x larger and 4x slower to compile, at equal speed (``docs/performance.md``, "NCHWc
+# convolutions"; ``python -m bench ops_variants`` re-measures).
 PIPELINE = {"opt_level": 2, "unroll": False, "slp": False}
 FRAME = Frame(
     ("x", "w", "bias", "out", "residual", "scratch",

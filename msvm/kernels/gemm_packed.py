@@ -1,14 +1,11 @@
 """GEMMs on the job pool: ``out = epilogue(x @ B + bias)`` with B in panels, for constant weights packed once.
 
-Why not BLAS: a model's linear layers multiply by the same constant weight on every call, and
-OpenBLAS repacks it on every call (13 % of W3's GEMM time here) and zero-fills C for beta = 0
-(6–7 %); at W3's sizes (M = 16–256, K = 64–1024, N = 64–1024) it reached 82–131 GFLOP/s where this
-kernel reaches 118–162 (same process, medians; ad-hoc ``gp_test.py``). And OpenBLAS's threads spin
-after each call: a region that runs its convolutions or GEMMs on our pool and some GEMMs on
-OpenBLAS had the two fighting over the second core (W3's layer at L = 128: 2.5–3.2 ms with its
-linears here and its attention on OpenBLAS, 2.0–2.2 all on OpenBLAS, 1.8 all on the pool). So a
-compiled region runs its GEMMs here, on one pool, whenever their B is small enough to pack
-(``msvm.msjit.codegen``).
+Why not BLAS: a model's linear layers multiply by the same constant weight on every call, and OpenBLAS
+repacks it on every call and zero-fills C for beta = 0, so at a transformer layer's sizes this kernel is
+faster. And OpenBLAS's threads spin after each call: a region that runs some GEMMs on our pool and some
+on OpenBLAS has the two fighting over the cores (``docs/performance.md``, "Packed GEMMs"; ``python -m
+bench ops_variants`` re-measures). So a compiled region runs its GEMMs here, on one pool, whenever their
+B is small enough to pack (``msvm.msjit.codegen``).
 
 B (K × N) is read in *panels* of ``width`` = ``VECTORS`` vectors of output columns, laid out
 ``[K][width]`` (zero-padded past N): a constant weight is packed once into all its panels
@@ -84,12 +81,12 @@ ROWS = 6  # rows of a register tile
 VECTORS = 2  # output-column vectors of a register tile (a panel is this many vectors wide)
 BLOCK = 8 * ROWS  # rows of a work item
 # A B larger than this does not stay in L2, and each block of rows would stream it from memory again:
-# such a B is multiplied by M split into equal blocks of at most MAX_BLOCK rows (W2's 16 MiB weights at
-# 256 rows: 12-15 % faster than by blocks of BLOCK rows, more on a machine whose memory is busy); so is
-# a B packed a panel at a time, which each block packs again (attention at L = 128-256: 5-12 %).
+# such a B is multiplied by M split into equal blocks of at most MAX_BLOCK rows, faster than by blocks of
+# BLOCK rows, and more so on a machine whose memory is busy; so is a B packed a panel at a time, which
+# each block packs again (``docs/performance.md``, "Packed GEMMs").
 BIG_B_BYTES = 1 << 20
 MAX_BLOCK = 256
-UNROLL_K = 4  # k steps per loop trip: its address arithmetic is paid once for four (1–3 % on W3's linears)
+UNROLL_K = 4  # k steps per loop trip: its address arithmetic is paid once for four
 ITEMS = 16  # work items a call is split into at least, when its panels allow (both threads get work)
 DTYPES = tuple(LANES)  # float32, float64
 PACKED, KN, NK = 0, 1, 2  # how B is given (``BMODE``): packed panels, B[k][n] rows, B[n][k] rows

@@ -189,8 +189,8 @@ POOL = MemoryPool()
 def kernel_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialised output (or large temporary) of a native kernel: from the pool from
     ``POOLED_OUTPUT_MIN_BYTES`` up. Why: malloc hands large freed blocks back to the kernel, and the next
-    call faults them in again — W1's interpreted batch-16 calls took 2,100 page faults each (15-23 %
-    of their time), W2's at 2,048 rows 530."""
+    call faults them in again, page by page, at a cost of a large share of an interpreted call's time
+    (``docs/performance.md``, "Pooled outputs")."""
     dtype = np.dtype(dtype)
     if prod(shape) * dtype.itemsize >= POOLED_OUTPUT_MIN_BYTES:
         return POOL.empty(shape, dtype)
