@@ -29,22 +29,18 @@ from __future__ import annotations
 import argparse
 import bisect
 import importlib.util
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
+from . import harness
 from .harness import fmt_ratio, fmt_time, table
 
-ROOT = Path(__file__).resolve().parent.parent  # the children import ``bench`` from here
 MODES = {"W1": ("exact", "bucket"), "W3": ("bucket", "exact"), "W6": ("exact",)}
 STREAM_WORKLOADS = ("W1", "W3")  # W6's stream is six calls of one input: its story is the loop's
 ONNX_AXES = {"W1": {0: "N"}, "W3": {0: "L"}}  # the dims a stream changes: batch for W1, length for W3
@@ -329,15 +325,7 @@ CHILDREN = {"loop": child_loop, "stream": child_stream, "export": child_export, 
 
 def child_main(spec_json: str) -> int:
     """A child's entry point: run the spec, print its result as one JSON line (an error as one too)."""
-    spec = json.loads(spec_json)
-    try:
-        result = CHILDREN[spec["kind"]](spec)
-    except Exception as exc:
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}",
-                          "traceback": traceback.format_exc()[-2000:]}))
-        return 1
-    print(json.dumps(result))
-    return 0
+    return harness.child_main(spec_json, lambda spec: CHILDREN[spec["kind"]](spec))
 
 
 # -- the parent: children in turns, then the tables ----------------------------------------------------
@@ -346,24 +334,10 @@ def run_child(spec: dict[str, Any], *, cache_dir: str | None = None, timeout_s: 
 
     The environment is this process's (so ``XDG_CACHE_HOME``, where the kernel object cache and the
     calibration live, is the user's own) with ``MSVM_JIT_CACHE_DIR`` set to ``cache_dir``."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    if cache_dir is not None:
-        env["MSVM_JIT_CACHE_DIR"] = cache_dir
     if timeout_s is None:
         timeout_s = spec.get("limit_s", 0.0) + CHILD_SLACK_S
-    cmd = [sys.executable, "-m", "bench.delivery", "--child", json.dumps(spec)]
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout_s:.0f} s"}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        return {"error": f"exit {proc.returncode}, no result: {proc.stderr.strip()[-500:]}"}
-    result = json.loads(lines[-1])
-    if proc.returncode and "error" not in result:
-        result["error"] = f"exit {proc.returncode}: {proc.stderr.strip()[-500:]}"
-    return result
+    env = {"MSVM_JIT_CACHE_DIR": cache_dir} if cache_dir is not None else None
+    return harness.run_child("delivery", spec, timeout_s, env)
 
 
 def _fresh_dir() -> str:

@@ -27,21 +27,17 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import traceback
-from pathlib import Path
 from typing import Any
 
+from . import harness
 from .harness import fmt_time, table
 
-ROOT = Path(__file__).resolve().parent.parent  # the children import ``bench`` from here
 CONFIGS = (("one process", 0), ("dask, 1 worker", 1), ("dask, 2 workers", 2))  # (label, workers; 0: no Dask)
 SIZES = (1, 4, 8, 16, 32, 12, 2, 24)  # batch sizes, cycled over the data set: eight shape classes
 IMAGES, QUICK_IMAGES = 2000, 200
@@ -135,29 +131,14 @@ def child_run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def child_main(spec_json: str) -> int:
-    try:
-        result = child_run(json.loads(spec_json))
-    except Exception as exc:  # reported by the parent, one line a failed child
-        traceback.print_exc()
-        result = {"error": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(result), flush=True)
-    return 0
+    return harness.child_main(spec_json, child_run)
 
 
 def run_child(spec: dict[str, Any], cache_dir: str, timeout_s: float = CHILD_TIMEOUT_S) -> dict[str, Any]:
     """One child in a fresh process with the persistent code cache on in ``cache_dir`` (its workers
     inherit it: one folder for the cluster); its JSON result, or ``{"error": ...}``."""
-    env = dict(os.environ, MSVM_JIT_CACHE="1", MSVM_JIT_CACHE_DIR=cache_dir)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "bench.distributed", "--child", json.dumps(spec)]
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout_s:.0f} s"}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        return {"error": f"exit {proc.returncode}, no result: {proc.stderr.strip()[-500:]}"}
-    return json.loads(lines[-1])
+    return harness.run_child("distributed", spec, timeout_s,
+                             {"MSVM_JIT_CACHE": "1", "MSVM_JIT_CACHE_DIR": cache_dir})
 
 
 # -- the parent: rounds of fresh children, one table ------------------------------------------------------

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import gc
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent  # the children import ``bench`` from here
 
 
 def calibrate_first() -> str:
@@ -81,3 +89,39 @@ def optional_import(name: str):
         return __import__(name)
     except Exception:
         return None
+
+
+# -- fresh processes: every suite measuring a first run runs each figure in a child of its own -----------
+def child_main(spec_json: str, run: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    """A child's entry point (``python -m bench.<suite> --child SPEC``): run the spec, print its result as
+    one JSON line (an error as one too, with the traceback on stderr)."""
+    try:
+        result = run(json.loads(spec_json))
+    except Exception as exc:
+        traceback.print_exc()
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}",
+                          "traceback": traceback.format_exc()[-2000:]}), flush=True)
+        return 1
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+def run_child(suite: str, spec: Mapping[str, Any], timeout_s: float,
+              env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Run ``bench.<suite>``'s child on ``spec`` in a fresh process (this environment plus ``env``) and
+    return its JSON result, or ``{"error": ...}`` when it failed, printed nothing or ran past
+    ``timeout_s``."""
+    full = dict(os.environ, **(env or {}))
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", f"bench.{suite}", "--child", json.dumps(spec)]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=full, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout_s:.0f} s"}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return {"error": f"exit {proc.returncode}, no result: {proc.stderr.strip()[-500:]}"}
+    result = json.loads(lines[-1])
+    if proc.returncode and "error" not in result:
+        result["error"] = f"exit {proc.returncode}: {proc.stderr.strip()[-500:]}"
+    return result

@@ -19,22 +19,19 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import warnings
 from pathlib import Path
 from typing import Any
 
+from . import harness
 from .harness import fmt_ratio, fmt_time, table
 
-ROOT = Path(__file__).resolve().parent.parent  # the children import ``bench`` from here
 GEOMEAN_SET = ("resnet50", "squeezenet", "inception_v1", "shufflenet", "densenet121")
 ZOO = (*GEOMEAN_SET, "bvlc_alexnet", "inception_v2", "vgg19", "zfnet512")
 QUICK = ("squeezenet", "encoder")
@@ -259,31 +256,12 @@ def child_run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def child_main(spec_json: str) -> int:
-    spec = json.loads(spec_json)
-    try:
-        result = child_run(spec)
-    except Exception as exc:
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}",
-                          "traceback": traceback.format_exc()[-2000:]}))
-        return 1
-    print(json.dumps(result))
-    return 0
+    return harness.child_main(spec_json, child_run)
 
 
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     """One child in a fresh process: its JSON result (``{"error": ...}`` if it failed)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "bench.onnx", "--child", json.dumps(spec)]
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=spec["loop_s"] + CHILD_SLACK_S)
-    except subprocess.TimeoutExpired:
-        return {"error": "timed out"}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        return {"error": f"exit {proc.returncode}, no result: {proc.stderr.strip()[-500:]}"}
-    return json.loads(lines[-1])
+    return harness.run_child("onnx", spec, spec["loop_s"] + CHILD_SLACK_S)
 
 
 # -- the parent ----------------------------------------------------------------------------------------
