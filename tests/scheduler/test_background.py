@@ -117,13 +117,19 @@ def test_calibration_saved_on_disk_is_loaded_at_first_use():
     assert DB.device("cpu").calibration_points["matmul/reference"] == [[1e6, 1e5, 1e-4]]
 
 
-def test_a_fresh_process_starts_calibrated_from_the_cache(tmp_path):
+def test_a_fresh_process_starts_calibrated_from_the_cache(tmp_path, monkeypatch):
+    env = {**os.environ, "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"], "PYTHONPATH": str(ROOT)}
+    # saved under a fresh process's host identity: earlier tests may leave this one's BLAS pool resized
+    ask = "import json; from msvm.scheduler import persist; print(json.dumps(persist.identity()))"
+    fresh = subprocess.run([sys.executable, "-c", ask], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=120, check=True)
+    identity = json.loads(fresh.stdout.strip().splitlines()[-1])
+    monkeypatch.setattr(persist, "identity", lambda: identity)
     fake_calibration()
     persist.save_db()
     code = ("import json; from msvm.scheduler.capability import DB; "
             "print(json.dumps([DB.is_calibrated('cpu', 'matmul'), DB.cache_state, "
             "DB.variant_rates('cpu', 'matmul', 'reference', 'numpy').rate_gflops]))")
-    env = {**os.environ, "XDG_CACHE_HOME": os.environ["XDG_CACHE_HOME"], "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=120, check=True)
     calibrated, state, reference_rate = json.loads(out.stdout.strip().splitlines()[-1])
